@@ -1,0 +1,266 @@
+"""Typed configuration: the single source of truth for every recipe.
+
+Design choices
+- Plain dataclasses, one per concern (model, method, data, training, sampling). Each field carries a
+  one-line docstring (the string literal right after it), which `field_help` reads for the CLI's --help.
+- YAML recipes under `configs/` fill a `RunConfig`; the CLI applies dotted overrides
+  (`model.hidden_size=256`) on top. Unknown keys and bad values fail with the key and allowed values.
+- Model size presets (`model.preset: tiny`) fill width / depth / heads; explicit keys win.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import inspect
+import itertools
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """A recipe or override names an unknown key or an invalid value."""
+
+
+# Sizes of the DiT backbone: (hidden_size, n_layers, n_heads). The first three are the MDLM paper's;
+# the cpu-* presets are for laptops and tests.
+MODEL_PRESETS: dict[str, dict[str, int]] = {
+    "medium": {"hidden_size": 1024, "n_layers": 24, "n_heads": 16},
+    "small": {"hidden_size": 768, "n_layers": 12, "n_heads": 12},
+    "tiny": {"hidden_size": 512, "n_layers": 8, "n_heads": 8},
+    "cpu-small": {"hidden_size": 256, "n_layers": 4, "n_heads": 4},
+    "cpu-tiny": {"hidden_size": 128, "n_layers": 2, "n_heads": 2},
+    "test": {"hidden_size": 32, "n_layers": 2, "n_heads": 2},
+}
+
+
+@dataclass
+class ModelConfig:
+    backbone: str = "dit"
+    """Backbone registry key (see seqdiff.backbones.BACKBONES)."""
+    preset: str | None = None
+    """Size preset that fills hidden_size / n_layers / n_heads: one of MODEL_PRESETS."""
+    hidden_size: int = 256
+    """Transformer width."""
+    n_layers: int = 4
+    """Number of transformer blocks."""
+    n_heads: int = 4
+    """Attention heads; must divide hidden_size."""
+    mlp_ratio: int = 4
+    """MLP hidden width as a multiple of hidden_size."""
+    cond_dim: int = 128
+    """Width of the noise-level embedding that drives adaLN (used only with time conditioning)."""
+    dropout: float = 0.0
+    """Dropout on attention output and MLP output."""
+    time_conditioning: bool = False
+    """Condition blocks on the noise level through adaLN; MDLM works without it (and the cached sampler needs it off)."""
+    max_seq_len: int = 1024
+    """Longest sequence the model accepts (rotary tables are sized for it)."""
+
+    def __post_init__(self) -> None:
+        if self.hidden_size % self.n_heads != 0:
+            raise ConfigError(
+                f"model.hidden_size={self.hidden_size} is not divisible by model.n_heads={self.n_heads}"
+            )
+        if (self.hidden_size // self.n_heads) % 2 != 0:
+            raise ConfigError("model.hidden_size / model.n_heads must be even for rotary embeddings")
+
+
+@dataclass
+class MethodConfig:
+    name: str = "mdlm"
+    """Method registry key (see seqdiff.methods.METHODS): mdlm or ar."""
+    schedule: str = "loglinear"
+    """Noise schedule for diffusion methods (see seqdiff.schedules.SCHEDULES)."""
+    time_sampling: Literal["antithetic", "uniform"] = "antithetic"
+    """How training times are drawn: antithetic (one per stratum, lower variance) or i.i.d. uniform."""
+    num_timesteps: int = 0
+    """0 trains and evaluates the continuous-time NELBO; T > 0 uses the discrete-time NELBO with T steps."""
+    t_min: float = 1e-3
+    """Continuous times are drawn in [t_min, 1]: the NELBO integrand's variance diverges at t = 0."""
+
+    def __post_init__(self) -> None:
+        if self.num_timesteps < 0:
+            raise ConfigError(f"method.num_timesteps must be >= 0, got {self.num_timesteps}")
+        if not 0 <= self.t_min < 1:
+            raise ConfigError(f"method.t_min must lie in [0, 1), got {self.t_min}")
+
+
+# ----------------------------------------------------------------------------------------------------
+# Generic loading: dict -> dataclass with type checks, dotted overrides, help text.
+# ----------------------------------------------------------------------------------------------------
+
+
+def field_help(cls: type) -> dict[str, str]:
+    """Field docstrings of a dataclass (the string literal after each field), for --help and errors."""
+    try:
+        tree = ast.parse(inspect.getsource(cls))
+    except (OSError, TypeError):
+        return {}
+    body = tree.body[0].body  # type: ignore[attr-defined]
+    out: dict[str, str] = {}
+    for stmt, nxt in itertools.pairwise(body):
+        if (
+            isinstance(stmt, ast.AnnAssign)
+            and isinstance(stmt.target, ast.Name)
+            and isinstance(nxt, ast.Expr)
+            and isinstance(getattr(nxt, "value", None), ast.Constant)
+            and isinstance(nxt.value.value, str)
+        ):
+            out[stmt.target.id] = nxt.value.value.strip()
+    return out
+
+
+def _resolved_types(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _coerce(value: Any, tp: Any, key: str) -> Any:
+    """Check (and gently coerce) a YAML / CLI value against a field type."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _coerce(value, arg, key)
+            except ConfigError as e:
+                errors.append(str(e))
+        raise ConfigError(errors[0] if errors else f"{key}: invalid value {value!r}")
+    if origin is typing.Literal:
+        allowed = typing.get_args(tp)
+        if value not in allowed:
+            raise ConfigError(f"{key}={value!r} is not allowed; choose one of {list(allowed)}")
+        return value
+    if origin in (list, tuple):
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{key} must be a list, got {value!r}")
+        (inner,) = typing.get_args(tp)[:1] or (Any,)
+        return [_coerce(v, inner, f"{key}[{i}]") for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{key} must be a mapping, got {value!r}")
+        return dict(value)
+    if dataclasses.is_dataclass(tp):
+        if isinstance(value, tp):
+            return value
+        if not isinstance(value, dict):
+            raise ConfigError(f"{key} must be a mapping of fields of {tp.__name__}, got {value!r}")
+        return from_dict(tp, value, prefix=key + ".")
+    if tp is Any:
+        return value
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"{key} must be true or false, got {value!r}")
+    if tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise ConfigError(f"{key} must be an integer, got {value!r}")
+    if tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        raise ConfigError(f"{key} must be a number, got {value!r}")
+    if tp is str:
+        if isinstance(value, str):
+            return value
+        raise ConfigError(f"{key} must be a string, got {value!r}")
+    return value
+
+
+def from_dict(cls: type, data: dict[str, Any], prefix: str = "") -> Any:
+    """Build dataclass `cls` from a (nested) dict; unknown keys fail with the allowed ones listed."""
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{prefix.rstrip('.') or 'config'} must be a mapping, got {data!r}")
+    data = dict(data)
+    if cls is ModelConfig and data.get("preset") is not None:
+        preset = data["preset"]
+        if preset not in MODEL_PRESETS:
+            raise ConfigError(f"{prefix}preset={preset!r} is unknown; choose one of {sorted(MODEL_PRESETS)}")
+        data = {**MODEL_PRESETS[preset], **data}
+    hints = _resolved_types(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    unknown = sorted(set(data) - set(names))
+    if unknown:
+        raise ConfigError(f"unknown config key {prefix}{unknown[0]}; allowed keys: {names}")
+    kwargs = {k: _coerce(v, hints[k], prefix + k) for k, v in data.items()}
+    try:
+        return cls(**kwargs)
+    except ConfigError:
+        raise
+    except TypeError as e:
+        raise ConfigError(f"{prefix.rstrip('.') or cls.__name__}: {e}") from e
+
+
+def to_dict(obj: Any) -> dict[str, Any]:
+    """Dataclass -> plain nested dict (YAML / JSON friendly)."""
+    return dataclasses.asdict(obj)
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """`model.hidden_size=256` -> (['model', 'hidden_size'], 256); values are parsed as YAML scalars."""
+    if "=" not in text:
+        raise ConfigError(f"override {text!r} must look like section.key=value")
+    key, raw = text.split("=", 1)
+    value = yaml.safe_load(raw) if raw != "" else ""
+    return key.strip().split("."), value
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Apply dotted overrides to a nested dict (before it is typed)."""
+    data = _deepcopy_dict(data)
+    for text in overrides:
+        path, value = parse_override(text)
+        node = data
+        for part in path[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"override {text!r}: {part} is not a section")
+        node[path[-1]] = value
+    return data
+
+
+def _deepcopy_dict(d: dict[str, Any]) -> dict[str, Any]:
+    return {k: _deepcopy_dict(v) if isinstance(v, dict) else v for k, v in d.items()}
+
+
+def load_yaml(path: str | Path) -> dict[str, Any]:
+    """Read a YAML recipe; a missing, empty or malformed file fails naming the file."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file {path} does not exist")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        raise ConfigError(f"config file {path} is not valid YAML: {e}") from e
+    if data is None:
+        raise ConfigError(f"config file {path} is empty")
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path} must hold a mapping of sections, got {type(data).__name__}")
+    return data
+
+
+__all__ = [
+    "MODEL_PRESETS",
+    "ConfigError",
+    "MethodConfig",
+    "ModelConfig",
+    "apply_overrides",
+    "field",
+    "field_help",
+    "from_dict",
+    "load_yaml",
+    "parse_override",
+    "to_dict",
+]

@@ -1,0 +1,1 @@
+"""Datasets and data files: text corpora, packing, FASTA/BED readers and benchmark loaders."""

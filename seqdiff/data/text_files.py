@@ -1,0 +1,181 @@
+"""Plain-text corpora on disk: reading one file, and finding the file of a split.
+
+A corpus is a folder with one file per split, `{split}.txt`, `{split}.txt.gz` or `{split}.jsonl` (one JSON
+object with a `text` field per line). Corpora shipped inside the package are named in `BUILTIN_CORPORA`
+and described by a `manifest.json` beside their files (see `pipelines/make_shakespeare_slice.py`).
+
+Every problem with a file raises `DataFileError`, whose message names the file and what is wrong with it.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import zlib
+from pathlib import Path
+
+_CORPORA_DIR = Path(__file__).resolve().parent / "corpora"
+
+BUILTIN_CORPORA: dict[str, Path] = {
+    "shakespeare": _CORPORA_DIR / "shakespeare",
+}
+"""Corpora shipped with seqdiff, by name: the folder holding `{split}.txt.gz` and `manifest.json`."""
+
+# File names a user corpus folder may hold for a split, in the order they are looked for.
+SPLIT_FILE_PATTERNS = ("{split}.txt", "{split}.txt.gz", "{split}.jsonl")
+MANIFEST_NAME = "manifest.json"
+
+
+class DataFileError(ValueError):
+    """A data file is missing, unreadable or malformed; the message names the file and the problem."""
+
+
+def read_text_file(path: str | Path) -> str:
+    """The text of a `.txt`, `.txt.gz` or `.jsonl` file, as one string.
+
+    Text is decoded as strict UTF-8 (a leading byte-order mark is dropped) and line endings are turned
+    into "\\n". In a `.jsonl` file each non-blank line is a JSON object with a string `text` field; the
+    documents are joined with a blank line ("\\n\\n"), and documents that are empty or only whitespace are
+    left out. A file with no text but whitespace is an error.
+    """
+    path = Path(path)
+    kind = _file_kind(path)
+    raw = _read_bytes(path)
+    if kind == "txt.gz":
+        raw = _gunzip(path, raw)
+    text = _decode_utf8(path, raw, decompressed=kind == "txt.gz")
+    if kind == "jsonl":
+        text = "\n\n".join(_jsonl_documents(path, text))
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    if not text.strip():
+        what = "is empty" if not raw else "holds no text (only whitespace)"
+        if kind == "jsonl" and raw.strip():
+            what = "holds no text (every document is empty)"
+        raise DataFileError(f"{path}: {what}")
+    return text
+
+
+def corpus_split_path(name_or_path: str | Path, split: str) -> Path:
+    """The file of `split` in a builtin corpus (by name) or in a user's corpus folder (by path).
+
+    A builtin name gives `{folder}/{split}.txt.gz`. A folder must hold exactly one of `{split}.txt`,
+    `{split}.txt.gz`, `{split}.jsonl`.
+    """
+    if not isinstance(split, str) or not split or "/" in split or "\\" in split or split.startswith("."):
+        raise DataFileError(f"split {split!r} is not a valid split name (e.g. 'train', 'valid', 'test')")
+    expected = [p.format(split=split) for p in SPLIT_FILE_PATTERNS]
+    builtin_names = ", ".join(sorted(BUILTIN_CORPORA))
+    key = str(name_or_path)
+    if key in BUILTIN_CORPORA:
+        folder = BUILTIN_CORPORA[key]
+        path = folder / f"{split}.txt.gz"
+        if not path.is_file():
+            present = sorted(p.name for p in folder.glob("*.txt.gz")) if folder.is_dir() else []
+            raise DataFileError(
+                f"builtin corpus {key!r} has no split {split!r}: {path} does not exist "
+                f"(files present: {', '.join(present) or 'none'})"
+            )
+        return path
+    folder = Path(name_or_path).expanduser()
+    if not folder.is_dir():
+        problem = "is a file, not a folder" if folder.exists() else "is neither a builtin corpus nor a folder"
+        raise DataFileError(
+            f"corpus {key!r} {problem}; use a builtin corpus name ({builtin_names}) or a folder holding "
+            f"one of {', '.join(expected)}"
+        )
+    found = [folder / name for name in expected if (folder / name).exists()]
+    if not found:
+        raise DataFileError(
+            f"corpus folder {folder} has no file for split {split!r}: expected one of {', '.join(expected)} "
+            f"(builtin corpora: {builtin_names})"
+        )
+    if len(found) > 1:
+        raise DataFileError(
+            f"corpus folder {folder} has several files for split {split!r} "
+            f"({', '.join(p.name for p in found)}); keep only one"
+        )
+    return found[0]
+
+
+def load_manifest(name: str) -> dict:
+    """The `manifest.json` of a builtin corpus: its source, the works in each split, sizes and sha256s."""
+    if name not in BUILTIN_CORPORA:
+        raise DataFileError(
+            f"{name!r} is not a builtin corpus; builtin corpora: {', '.join(sorted(BUILTIN_CORPORA))}"
+        )
+    path = BUILTIN_CORPORA[name] / MANIFEST_NAME
+    text = _decode_utf8(path, _read_bytes(path), decompressed=False)
+    try:
+        manifest = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise DataFileError(f"{path}: not valid JSON ({e})") from e
+    if not isinstance(manifest, dict):
+        raise DataFileError(f"{path}: expected a JSON object, found {type(manifest).__name__}")
+    return manifest
+
+
+def _file_kind(path: Path) -> str:
+    name = path.name.lower()
+    for kind in ("txt.gz", "txt", "jsonl"):
+        if name.endswith("." + kind):
+            return kind
+    raise DataFileError(f"{path}: unsupported file type; expected a .txt, .txt.gz or .jsonl file")
+
+
+def _read_bytes(path: Path) -> bytes:
+    if not path.exists():
+        raise DataFileError(f"{path}: no such file")
+    if path.is_dir():
+        raise DataFileError(f"{path}: is a directory, not a file")
+    try:
+        return path.read_bytes()
+    except OSError as e:
+        raise DataFileError(f"{path}: cannot be read ({e.strerror or e})") from e
+
+
+def _gunzip(path: Path, raw: bytes) -> bytes:
+    if not raw:
+        raise DataFileError(f"{path}: is empty (not even a gzip header)")
+    try:
+        return gzip.decompress(raw)
+    except EOFError as e:
+        raise DataFileError(f"{path}: truncated gzip data ({e})") from e
+    except (gzip.BadGzipFile, zlib.error, OSError) as e:
+        raise DataFileError(f"{path}: corrupt gzip data ({e})") from e
+
+
+def _decode_utf8(path: Path, raw: bytes, *, decompressed: bool) -> str:
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        where = "of the decompressed text" if decompressed else "of the file"
+        bad = raw[e.start : e.end].hex(" ")
+        raise DataFileError(
+            f"{path}: invalid UTF-8 at byte offset {e.start} {where} (bytes {bad}: {e.reason})"
+        ) from e
+    return text.removeprefix("\ufeff")
+
+
+def _jsonl_documents(path: Path, text: str) -> list[str]:
+    documents = []
+    # Split on "\n" only: JSON strings may hold characters that str.splitlines() treats as line breaks.
+    for number, line in enumerate(text.split("\n"), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise DataFileError(
+                f"{path}: line {number} is not valid JSON ({e.msg} at column {e.colno})"
+            ) from e
+        if not isinstance(record, dict) or "text" not in record:
+            found = (
+                f"keys {sorted(record)}" if isinstance(record, dict) else f"a JSON {type(record).__name__}"
+            )
+            raise DataFileError(f"{path}: line {number} has no 'text' field ({found})")
+        document = record["text"]
+        if not isinstance(document, str):
+            raise DataFileError(f"{path}: line {number}: 'text' is a {type(document).__name__}, not a string")
+        if document.strip():
+            documents.append(document)
+    return documents

@@ -1,0 +1,20 @@
+"""Methods: one file each; METHODS maps config names to classes."""
+
+from __future__ import annotations
+
+from seqdiff.config import ConfigError, MethodConfig
+from seqdiff.methods.ar import AR
+from seqdiff.methods.base import Batch, Method, MethodOutput
+from seqdiff.methods.mdlm import MDLM
+from seqdiff.tokenizers.base import Tokenizer
+
+METHODS: dict[str, type[Method]] = {MDLM.name: MDLM, AR.name: AR}
+
+
+def build_method(config: MethodConfig, tokenizer: Tokenizer) -> Method:
+    if config.name not in METHODS:
+        raise ConfigError(f"method.name={config.name!r} is unknown; choose one of {sorted(METHODS)}")
+    return METHODS[config.name](config, tokenizer)
+
+
+__all__ = ["AR", "MDLM", "METHODS", "Batch", "Method", "MethodOutput", "build_method"]

@@ -1,0 +1,79 @@
+"""What every method provides: a training loss and a per-token NLL (bound) accumulated in float64."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+from torch import Tensor, nn
+
+from seqdiff.tokenizers.base import Tokenizer
+
+
+@dataclass
+class MethodOutput:
+    loss: Tensor
+    """Scalar to minimize: the per-token NLL (bound) averaged over scored tokens, in the model's dtype."""
+    nll_sum: Tensor
+    """Sum of per-token NLL (bound) terms over scored tokens, float64, detached (nats)."""
+    num_tokens: Tensor
+    """Number of scored tokens (float64)."""
+
+
+@dataclass
+class Batch:
+    """A batch of token blocks. `loss_mask` marks the positions that are scored (default: all non-pad)."""
+
+    input_ids: Tensor  # (B, L) long
+    loss_mask: Tensor | None = None  # (B, L) bool
+    attention_mask: Tensor | None = None  # (B, L) bool, True = real token
+
+    @classmethod
+    def from_any(cls, batch: Batch | dict | Tensor) -> Batch:
+        if isinstance(batch, Batch):
+            return batch
+        if isinstance(batch, Tensor):
+            return cls(input_ids=batch)
+        return cls(**batch)
+
+    def scored(self, pad_id: int) -> Tensor:
+        mask = self.input_ids != pad_id
+        if self.loss_mask is not None:
+            mask = mask & self.loss_mask
+        if self.attention_mask is not None:
+            mask = mask & self.attention_mask
+        return mask
+
+
+class Method(ABC):
+    """A method owns the math (corruption, parameterization, loss, bound, reverse step), not the loop."""
+
+    name: ClassVar[str]
+    causal: ClassVar[bool]
+    """Whether the backbone must use causal attention."""
+
+    def __init__(self, config, tokenizer: Tokenizer):
+        self.config = config
+        self.vocab_size = tokenizer.vocab_size
+        self.mask_id = tokenizer.mask_id
+        self.pad_id = tokenizer.pad_id
+        self.bos_id = tokenizer.bos_id
+        self.eos_id = tokenizer.eos_id
+
+    @abstractmethod
+    def loss(self, backbone: nn.Module, batch: Batch, generator: torch.Generator | None = None) -> MethodOutput:
+        """One stochastic estimate of the per-token NLL (bound) of `batch`, differentiable."""
+
+    @torch.no_grad()
+    def nll(self, backbone: nn.Module, batch: Batch, generator: torch.Generator | None = None,
+            num_samples: int = 1) -> tuple[Tensor, Tensor]:
+        """(sum of NLL terms in float64, number of scored tokens), averaged over `num_samples` draws."""
+        total = torch.zeros((), dtype=torch.float64)
+        count = torch.zeros((), dtype=torch.float64)
+        for _ in range(num_samples):
+            out = self.loss(backbone, batch, generator)
+            total = total + out.nll_sum.cpu()
+            count = out.num_tokens.cpu()
+        return total / num_samples, count

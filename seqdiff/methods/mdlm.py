@@ -1,0 +1,125 @@
+"""MDLM: masked diffusion language model (Sahoo et al., NeurIPS 2024, arXiv 2406.07524).
+
+- Forward process: each token is independently replaced by MASK with probability 1 - alpha(t).
+- SUBS parameterization of the denoiser x_theta(x_t): the MASK logit is -inf before the softmax (zero
+  mask probability), and unmasked positions carry over their input (so they contribute exactly zero loss).
+- Continuous-time NELBO: E_t [ w(t) * sum over masked positions of -log x_theta(x_t)[x_0] ],
+  w(t) = -alpha'(t) / (1 - alpha(t)); t from antithetic sampling in [t_min, 1].
+- Discrete-time NELBO with T steps (optional): t = i/T, s = (i-1)/T, weight T (alpha_s - alpha_t)/(1 - alpha_t);
+  it approaches the continuous bound from above as T grows.
+- Reverse step q(x_s | x_t, x_0 ~ x_theta): a masked token stays masked with probability
+  (1 - alpha_s)/(1 - alpha_t), else becomes v with probability x_theta[v] (alpha_s - alpha_t)/(1 - alpha_t).
+- Time conditioning is optional and off by default (the SUBS model is time-agnostic; the cached sampler
+  relies on it).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from seqdiff.categorical import probs_from_logits, sample_categorical
+from seqdiff.config import MethodConfig
+from seqdiff.methods.base import Batch, Method, MethodOutput
+from seqdiff.schedules import antithetic_times, build_schedule
+from seqdiff.tokenizers.base import Tokenizer
+
+NEG_INF = float("-inf")
+
+
+class MDLM(Method):
+    name = "mdlm"
+    causal = False
+
+    def __init__(self, config: MethodConfig, tokenizer: Tokenizer):
+        super().__init__(config, tokenizer)
+        self.schedule = build_schedule(config.schedule)
+
+    # ------------------------------------------------------------------ forward process
+    def sample_times(self, batch_size: int, device, generator: torch.Generator | None) -> Tensor:
+        """(B,) times; in discrete mode these are the grid points i/T, i in 1..T."""
+        cfg = self.config
+        if cfg.time_sampling == "antithetic":
+            u = antithetic_times(batch_size, generator, device, t_min=0.0)
+        else:
+            u = torch.rand(batch_size, generator=generator, device=device)
+        if cfg.num_timesteps > 0:
+            T = cfg.num_timesteps
+            return (torch.floor(u * T).clamp(max=T - 1) + 1) / T
+        return cfg.t_min + (1 - cfg.t_min) * u
+
+    def corrupt(self, x0: Tensor, t: Tensor, maskable: Tensor, generator: torch.Generator | None) -> Tensor:
+        """x_t ~ q(x_t | x_0): mask each maskable token with probability 1 - alpha(t)."""
+        p_mask = self.schedule.mask_probability(t)[:, None]  # (B, 1)
+        u = torch.rand(x0.shape, generator=generator, device=x0.device)
+        return torch.where((u < p_mask) & maskable, self.mask_id, x0)
+
+    def loss_weight(self, t: Tensor) -> Tensor:
+        """(B,) weight of the masked cross-entropy at time t (continuous or discrete NELBO)."""
+        T = self.config.num_timesteps
+        if T > 0:
+            s = t - 1.0 / T
+            a_t, a_s = self.schedule.alpha(t), self.schedule.alpha(s)
+            return T * (a_s - a_t) / self.schedule.one_minus_alpha(t)
+        return self.schedule.nelbo_weight(t)
+
+    # ------------------------------------------------------------------ parameterization
+    def noise_level(self, t: Tensor) -> Tensor:
+        """What a time-conditioned backbone sees (ignored by unconditioned ones): sigma(t)."""
+        return self.schedule.sigma(t)
+
+    def subs_logits(self, logits: Tensor) -> Tensor:
+        """Zero mask probability: the MASK logit becomes -inf before normalization."""
+        return logits.index_fill(-1, torch.tensor([self.mask_id], device=logits.device), NEG_INF)
+
+    def subs_log_probs(self, logits: Tensor, xt: Tensor) -> Tensor:
+        """Full SUBS log x_theta(x_t): (B, L, V); unmasked positions are a one-hot on their token."""
+        log_probs = torch.log_softmax(self.subs_logits(logits).float(), dim=-1)
+        carry = torch.full_like(log_probs, NEG_INF).scatter_(-1, xt[..., None], 0.0)
+        return torch.where((xt == self.mask_id)[..., None], log_probs, carry)
+
+    # ------------------------------------------------------------------ objective
+    def loss(self, backbone: nn.Module, batch: Batch, generator: torch.Generator | None = None) -> MethodOutput:
+        batch = Batch.from_any(batch)
+        x0 = batch.input_ids  # (B, L)
+        scored = batch.scored(self.pad_id)  # (B, L) positions that count
+        t = self.sample_times(x0.shape[0], x0.device, generator)  # (B,)
+        xt = self.corrupt(x0, t, scored, generator)  # (B, L)
+        logits = backbone(xt, noise_level=self.noise_level(t), attention_mask=batch.attention_mask)  # (B, L, V)
+        logits = self.subs_logits(logits)
+        nll = F.cross_entropy(logits.flatten(0, 1).float(), x0.flatten(), reduction="none").view_as(x0)
+        masked = xt == self.mask_id  # SUBS carry-over: only masked positions carry loss
+        per_token = torch.where(masked, self.loss_weight(t)[:, None] * nll, torch.zeros_like(nll))  # (B, L)
+        num_tokens = scored.sum().to(torch.float64)
+        loss = per_token.sum() / num_tokens.clamp(min=1).to(per_token.dtype)
+        return MethodOutput(loss=loss, nll_sum=per_token.detach().to(torch.float64).sum(), num_tokens=num_tokens)
+
+    # ------------------------------------------------------------------ reverse process
+    @torch.no_grad()
+    def denoise(self, backbone: nn.Module, xt: Tensor, t: Tensor, temperature: float = 1.0) -> Tensor:
+        """x_theta(x_t) as float64 probabilities (B, L, V) with zero mass on MASK."""
+        logits = backbone(xt, noise_level=self.noise_level(t))
+        return probs_from_logits(self.subs_logits(logits), temperature)
+
+    def reverse_step(self, x0_probs: Tensor, xt: Tensor, t: Tensor, s: Tensor,
+                     generator: torch.Generator | None = None) -> Tensor:
+        """Draw x_s ~ q(x_s | x_t, x_0 ~ x0_probs) for s < t; (B,) times. Unmasked tokens never change.
+
+        Two stages with the same law as one categorical over V tokens + MASK: first whether a masked token
+        is revealed, with probability (alpha_s - alpha_t) / (1 - alpha_t); then which token, from x0_probs.
+        Only revealed positions draw a token, so a step costs O(revealed * V), not O(B L V).
+        """
+        a_t = self.schedule.alpha(t.double())[:, None]  # (B, 1)
+        a_s = self.schedule.alpha(s.double())[:, None]
+        reveal_p = ((a_s - a_t) / self.schedule.one_minus_alpha(t.double())[:, None]).clamp(0, 1)
+        u = torch.rand(xt.shape, generator=generator, device=xt.device, dtype=torch.float64)
+        reveal = (xt == self.mask_id) & (u < reveal_p)  # (B, L)
+        xs = xt.clone()
+        if reveal.any():
+            xs[reveal] = sample_categorical(x0_probs[reveal], generator)
+        return xs
+
+    def fill_remaining(self, x0_probs: Tensor, xt: Tensor) -> Tensor:
+        """Final noise removal: any token still masked takes its most likely value."""
+        return torch.where(xt == self.mask_id, x0_probs.argmax(-1), xt)

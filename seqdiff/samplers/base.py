@@ -1,0 +1,60 @@
+"""What a sampler is: the loop of reverse steps that drives a Method and a backbone to produce tokens.
+
+Samplers own no math (that lives in the method) and no global randomness: every draw goes through the
+`torch.Generator` passed to `generate`, so equal seeds give equal samples.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+from torch import Tensor, nn
+
+from seqdiff.methods.base import Method
+
+
+class SamplerError(ValueError):
+    """A sampler that cannot be used with this checkpoint (method or conditioning mismatch)."""
+
+
+@dataclass
+class SampleOutput:
+    tokens: Tensor
+    """(B, L) generated token ids."""
+    num_denoiser_calls: int
+    """How many times the backbone ran (per batch), the cost that caching saves."""
+
+
+class Sampler(ABC):
+    name: ClassVar[str]
+    methods: ClassVar[tuple[str, ...]]
+    """Method names this sampler can drive."""
+
+    def __init__(self, method: Method, backbone: nn.Module, steps: int = 128, temperature: float = 1.0):
+        if method.name not in self.methods:
+            raise SamplerError(
+                f"sampler {self.name!r} cannot drive a {method.name!r} model; it works with {list(self.methods)}"
+            )
+        if steps < 1:
+            raise SamplerError(f"sample.steps must be >= 1, got {steps}")
+        if temperature < 0:
+            raise SamplerError(f"sample.temperature must be >= 0, got {temperature}")
+        self.method, self.backbone = method, backbone
+        self.steps, self.temperature = steps, temperature
+        self.check_compatible()
+
+    def check_compatible(self) -> None:
+        """Raise SamplerError when this sampler is invalid for the given backbone."""
+
+    def check_length(self, seq_len: int) -> None:
+        max_len = self.backbone.config.max_seq_len
+        if seq_len > max_len:
+            raise SamplerError(f"sample.seq_len={seq_len} exceeds the model's max_seq_len={max_len}")
+
+    @abstractmethod
+    @torch.no_grad()
+    def generate(self, batch_size: int, seq_len: int, generator: torch.Generator | None = None) -> SampleOutput:
+        """Generate a (batch_size, seq_len) block of tokens."""
