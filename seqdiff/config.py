@@ -91,6 +91,131 @@ class MethodConfig:
             raise ConfigError(f"method.t_min must lie in [0, 1), got {self.t_min}")
 
 
+@dataclass
+class DataConfig:
+    kind: str = "text"
+    """Data module registry key (see seqdiff.data.DATA_MODULES): text."""
+    corpus: str = "shakespeare"
+    """A builtin corpus name (shakespeare) or a folder with {train,valid,test}.txt / .txt.gz / .jsonl."""
+    train_file: str | None = None
+    """Explicit training file; overrides the corpus' train split."""
+    valid_file: str | None = None
+    """Explicit validation file; overrides the corpus' valid split."""
+    test_file: str | None = None
+    """Explicit test file; overrides the corpus' test split."""
+    tokenizer: str = "char"
+    """Tokenizer registry key (see seqdiff.tokenizers.TOKENIZERS)."""
+    tokenizer_options: dict[str, Any] = field(default_factory=dict)
+    """Keyword arguments of the tokenizer (e.g. alphabet, normalize for char)."""
+    seq_len: int = 256
+    """Tokens per training / evaluation block."""
+    batch_size: int = 32
+    """Training blocks per optimizer step (global batch)."""
+    eval_batch_size: int = 64
+    """Blocks per evaluation batch."""
+    num_workers: int = 0
+    """DataLoader worker processes."""
+
+    def __post_init__(self) -> None:
+        for key in ("seq_len", "batch_size", "eval_batch_size"):
+            if getattr(self, key) < 1:
+                raise ConfigError(f"data.{key} must be >= 1, got {getattr(self, key)}")
+
+
+@dataclass
+class TrainConfig:
+    max_steps: int = 1000
+    """Optimizer steps to train for."""
+    lr: float = 3e-4
+    """Peak AdamW learning rate."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+    """AdamW betas."""
+    warmup_steps: int = 100
+    """Linear learning-rate warm-up steps."""
+    lr_schedule: Literal["constant", "cosine"] = "constant"
+    """After warm-up: constant, or cosine decay to zero at max_steps."""
+    grad_clip: float = 1.0
+    """Gradient norm clipping (0 disables)."""
+    ema_decay: float = 0.9999
+    """EMA decay of the weights used for evaluation and sampling (0 disables EMA)."""
+    val_every: int = 200
+    """Validate every this many steps."""
+    val_batches: int = 0
+    """Validation batches per validation (0 = the whole valid split)."""
+    checkpoint_every: int = 200
+    """Write a checkpoint every this many steps (and at the end)."""
+    precision: Literal["auto", "32", "bf16-mixed", "16-mixed"] = "auto"
+    """auto: bf16 autocast on CUDA, float32 on CPU."""
+    accelerator: str = "auto"
+    """Lightning accelerator (auto, cpu, gpu)."""
+    devices: str = "auto"
+    """Lightning devices (auto, or a number)."""
+    seed: int = 0
+    """Seed of the data order, the noise of each step and the initialization."""
+    deterministic: bool = False
+    """Ask torch for deterministic kernels (slower on GPU)."""
+    log_every: int = 10
+    """Log training metrics every this many steps."""
+    wandb: bool = False
+    """Also log to Weights & Biases (offline unless WANDB_MODE says otherwise)."""
+    progress_bar: bool = True
+    """Show a progress bar."""
+
+    def __post_init__(self) -> None:
+        for key in ("max_steps", "val_every", "checkpoint_every", "log_every"):
+            if getattr(self, key) < 1:
+                raise ConfigError(f"train.{key} must be >= 1, got {getattr(self, key)}")
+
+
+@dataclass
+class SampleConfig:
+    sampler: str | None = None
+    """Sampler registry key (ancestral, cached, ar); default: cached for MDLM, ar for AR."""
+    steps: int = 256
+    """Reverse diffusion steps (MDLM)."""
+    num_samples: int = 4
+    """Sequences to generate."""
+    batch_size: int = 4
+    """Sequences generated in parallel."""
+    seq_len: int | None = None
+    """Length of each sequence; default: the training block length."""
+    temperature: float = 1.0
+    """Softmax temperature of the denoiser / next-token distribution (0 = greedy)."""
+    seed: int = 0
+    """Seed of the generator that drives every draw."""
+
+
+@dataclass
+class RunConfig:
+    """A whole recipe: what `seqdiff train --config recipe.yaml` reads."""
+
+    name: str = "run"
+    """Run name; outputs go to runs/<name> unless --run-dir is given."""
+    model: ModelConfig = field(default_factory=ModelConfig)
+    """Backbone."""
+    method: MethodConfig = field(default_factory=MethodConfig)
+    """Method (mdlm, ar) and its options."""
+    data: DataConfig = field(default_factory=DataConfig)
+    """Corpus, tokenizer and batching."""
+    train: TrainConfig = field(default_factory=TrainConfig)
+    """Optimization and logging."""
+    sample: SampleConfig = field(default_factory=SampleConfig)
+    """Sampling defaults."""
+
+
+def load_run_config(path: str | Path | None = None, overrides: list[str] | None = None) -> RunConfig:
+    """Recipe file (optional) + dotted overrides -> RunConfig; errors name the file or key."""
+    data = load_yaml(path) if path is not None else {}
+    data = apply_overrides(data, overrides or [])
+    try:
+        return from_dict(RunConfig, data)
+    except ConfigError as e:
+        where = f"{path}: " if path is not None else ""
+        raise ConfigError(f"{where}{e}") from e
+
+
 # ----------------------------------------------------------------------------------------------------
 # Generic loading: dict -> dataclass with type checks, dotted overrides, help text.
 # ----------------------------------------------------------------------------------------------------
@@ -169,6 +294,11 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
     if tp is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return float(value)
+        if isinstance(value, str):  # YAML 1.1 reads "1e-3" as a string
+            try:
+                return float(value)
+            except ValueError:
+                pass
         raise ConfigError(f"{key} must be a number, got {value!r}")
     if tp is str:
         if isinstance(value, str):
@@ -254,12 +384,17 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
 __all__ = [
     "MODEL_PRESETS",
     "ConfigError",
+    "DataConfig",
     "MethodConfig",
     "ModelConfig",
+    "RunConfig",
+    "SampleConfig",
+    "TrainConfig",
     "apply_overrides",
     "field",
     "field_help",
     "from_dict",
+    "load_run_config",
     "load_yaml",
     "parse_override",
     "to_dict",
