@@ -58,7 +58,7 @@ class ModelConfig:
     dropout: float = 0.0
     """Dropout on attention output and MLP output."""
     time_conditioning: bool = False
-    """Condition blocks on the noise level through adaLN; MDLM works without it (and the cached sampler needs it off)."""
+    """Condition blocks on the noise level through adaLN; MDLM works without it (the cached sampler needs it off)."""
     max_seq_len: int = 1024
     """Longest sequence the model accepts (rotary tables are sized for it)."""
 

@@ -9,6 +9,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import torch
 from torch.utils.data import Dataset, IterableDataset, get_worker_info
@@ -51,7 +53,7 @@ class TiledBlocks(Dataset):
         self.seq_len, self.pad_id = seq_len, pad_id
 
     def __len__(self) -> int:
-        return -(-len(self.tokens) // self.seq_len)
+        return math.ceil(len(self.tokens) / self.seq_len)
 
     def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
         block = self.tokens[i * self.seq_len : (i + 1) * self.seq_len]

@@ -47,7 +47,8 @@ class Sampler(ABC):
         self.check_compatible()
 
     def check_compatible(self) -> None:
-        """Raise SamplerError when this sampler is invalid for the given backbone."""
+        """Raise SamplerError when this sampler is invalid for the given backbone (default: always valid)."""
+        return None
 
     def check_length(self, seq_len: int) -> None:
         max_len = self.backbone.config.max_seq_len

@@ -21,7 +21,7 @@ from seqdiff.tokenizers import tokenizer_from_dict
 
 class SeqDiffModule(L.LightningModule):
     def __init__(self, model: dict[str, Any], method: dict[str, Any], train: dict[str, Any],
-                 tokenizer: dict[str, Any], seq_len: int):
+                 tokenizer: dict[str, Any], seq_len: int, data: dict[str, Any] | None = None):
         super().__init__()
         self.save_hyperparameters()
         self.model_config: ModelConfig = from_dict(ModelConfig, model)

@@ -77,7 +77,8 @@ def train(config: RunConfig, run_dir: str | Path, resume: bool = False,
 
     L.seed_everything(tcfg.seed, workers=True, verbose=False)
     module = SeqDiffModule(model=to_dict(config.model), method=to_dict(config.method), train=to_dict(tcfg),
-                           tokenizer=tokenizer.to_dict(), seq_len=config.data.seq_len)
+                           tokenizer=tokenizer.to_dict(), seq_len=config.data.seq_len,
+                           data=to_dict(config.data))
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(config), sort_keys=False))
     tokenizer.save_pretrained(run_dir)

@@ -1,0 +1,210 @@
+"""The `seqdiff` command: train, eval, sample, quickstart, bench, config.
+
+Every user error (a bad file, key, value, checkpoint or sampler) ends in one line on stderr naming what is
+wrong and exit status 2; nothing is written under a final name unless it is complete.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+from seqdiff.config import RunConfig, field_help
+
+
+def _config_keys_help() -> str:
+    """`section.key  doc` lines for every recipe field, from the dataclass field docstrings."""
+    lines = ["config keys (set in a recipe or as section.key=value overrides):"]
+    for section in dataclasses.fields(RunConfig):
+        cls = section.type if isinstance(section.type, type) else type(getattr(RunConfig(), section.name))
+        if not dataclasses.is_dataclass(cls):
+            continue
+        docs = field_help(cls)
+        for f in dataclasses.fields(cls):
+            lines.append(f"  {section.name}.{f.name:<22} {docs.get(f.name, '')}")
+    return "\n".join(lines)
+
+
+def _user_errors() -> tuple[type[BaseException], ...]:
+    from seqdiff.checkpoint import CheckpointError
+    from seqdiff.config import ConfigError
+    from seqdiff.data.text_files import DataFileError
+    from seqdiff.samplers import SamplerError
+    from seqdiff.tokenizers import TokenizerError
+    from seqdiff.training.run import RunError
+
+    return (ConfigError, DataFileError, CheckpointError, SamplerError, TokenizerError, RunError)
+
+
+# ---------------------------------------------------------------------------------------------- train
+def cmd_train(args: argparse.Namespace) -> int:
+    from seqdiff.config import load_run_config
+    from seqdiff.training.run import train
+
+    config = load_run_config(args.config, args.overrides)
+    run_dir = Path(args.run_dir or Path("runs") / config.name)
+    result = train(config, run_dir, resume=args.resume)
+    print(f"checkpoint: {result.checkpoint}")
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------- eval
+def cmd_eval(args: argparse.Namespace) -> int:
+    import torch
+
+    from seqdiff.checkpoint import load_checkpoint
+    from seqdiff.data.text import split_path, tokenize_file
+    from seqdiff.evaluation.generate import write_atomically
+    from seqdiff.evaluation.likelihood import evaluate_tokens
+
+    model = load_checkpoint(args.checkpoint, device=args.device, use_ema=not args.no_ema)
+    if args.data:
+        data_path = Path(args.data)
+    elif model.data_config is not None:
+        data_path = split_path(model.data_config, args.split)
+    else:
+        raise ValueError("this checkpoint records no corpus; pass --data FILE")
+    tokens = tokenize_file(data_path, model.tokenizer)
+    torch.manual_seed(args.seed)
+    report = evaluate_tokens(model, tokens, batch_size=args.batch_size, num_t_samples=args.num_t_samples,
+                             seed=args.seed, progress=True)
+    report.update({"checkpoint": str(model.path), "step": model.step, "data": str(data_path),
+                   "ema_weights": model.ema})
+    out = Path(args.out) if args.out else model.path.parent.parent / "eval" / f"{data_path.name}.json"
+    write_atomically(out, json.dumps(report, indent=2) + "\n")
+    kind = "upper bound (NELBO)" if report["bound"] else "exact"
+    print(f"{model.method.name} on {data_path} ({report['num_tokens']} tokens, {kind}):")
+    for key in ("nll_nats_per_token", "bits_per_token", "perplexity", "bits_per_character", "bits_per_base"):
+        if key in report:
+            print(f"  {key:<20} {report[key]:.4f}")
+    print(f"written: {out}")
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------- sample
+def cmd_sample(args: argparse.Namespace) -> int:
+    from seqdiff.checkpoint import load_checkpoint
+    from seqdiff.config import SampleConfig
+    from seqdiff.evaluation.generate import format_samples, generate, write_atomically
+
+    model = load_checkpoint(args.checkpoint, device=args.device, use_ema=not args.no_ema)
+    cfg = SampleConfig(sampler=args.sampler, steps=args.steps, num_samples=args.num_samples,
+                       batch_size=args.batch_size, seq_len=args.seq_len, temperature=args.temperature,
+                       seed=args.seed)
+    gen = generate(model, cfg, progress=True)
+    fasta = args.format == "fasta" or (args.format == "auto" and model.tokenizer.unit == "base")
+    text = format_samples(gen, fasta=fasta)
+    if args.out:
+        write_atomically(args.out, text)
+        print(f"written: {args.out}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    n_tok = sum(len(t) for t in gen.tokens)
+    print(f"{len(gen.tokens)} samples, {n_tok / gen.seconds:.1f} tokens/s, {gen.denoiser_calls} denoiser calls "
+          f"({gen.sampler} sampler)", file=sys.stderr)
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------- others
+def cmd_quickstart(args: argparse.Namespace) -> int:
+    from pipelines.quickstart import run_quickstart
+
+    run_quickstart(out_dir=args.out, run_root=args.run_dir, max_steps=args.max_steps, overwrite=args.overwrite)
+    return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from pipelines.bench import main as bench_main
+
+    return bench_main(args.bench_args)
+
+
+def cmd_config(args: argparse.Namespace) -> int:
+    import yaml
+
+    from seqdiff.config import load_run_config, to_dict
+
+    if args.keys:
+        print(_config_keys_help())
+        return 0
+    print(yaml.safe_dump(to_dict(load_run_config(args.config, args.overrides)), sort_keys=False), end="")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="seqdiff", description="Masked discrete diffusion language models.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("train", help="train a model from a recipe", epilog=_config_keys_help(),
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--config", help="YAML recipe (see configs/); defaults are used for what it leaves out")
+    p.add_argument("--run-dir", help="output folder (default runs/<name>)")
+    p.add_argument("--resume", action="store_true", help="continue from <run-dir>/checkpoints/last.ckpt")
+    p.add_argument("overrides", nargs="*", help="section.key=value overrides, e.g. model.hidden_size=256")
+    p.set_defaults(func=cmd_train)
+
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("checkpoint", help="a .ckpt file or a run directory")
+    common.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
+    common.add_argument("--no-ema", action="store_true", help="use the raw weights instead of the EMA weights")
+    common.add_argument("--seed", type=int, default=0, help="seed of every random draw")
+
+    p = sub.add_parser("eval", parents=[common], help="NLL / perplexity / bits per character or base")
+    p.add_argument("--data", help="a .txt, .txt.gz or .jsonl file (default: the run's own corpus split)")
+    p.add_argument("--split", default="test", choices=["train", "valid", "test"], help="split of the run's corpus")
+    p.add_argument("--num-t-samples", type=int, default=1, help="Monte Carlo time samples per block (diffusion)")
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--out", help="JSON file for the results (default: <run>/eval/<data>.json)")
+    p.set_defaults(func=cmd_eval)
+
+    p = sub.add_parser("sample", parents=[common], help="generate sequences")
+    p.add_argument("--sampler", default=None, help="ancestral, cached (MDLM default) or ar (AR default)")
+    p.add_argument("--steps", type=int, default=256, help="reverse diffusion steps")
+    p.add_argument("--num-samples", type=int, default=4)
+    p.add_argument("--batch-size", type=int, default=4)
+    p.add_argument("--seq-len", type=int, default=None, help="default: the training block length")
+    p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument("--format", choices=["auto", "text", "fasta"], default="auto")
+    p.add_argument("--out", help="write samples to this file instead of stdout")
+    p.set_defaults(func=cmd_sample)
+
+    p = sub.add_parser("quickstart", help="train MDLM and AR on the shipped Shakespeare slice, offline")
+    p.add_argument("--out", default="reports/quickstart", help="report folder")
+    p.add_argument("--run-dir", default="runs/quickstart", help="folder for the two runs")
+    p.add_argument("--max-steps", type=int, default=None, help="training steps per model (default: the recipe's)")
+    p.add_argument("--overwrite", action="store_true", help="replace earlier quickstart runs")
+    p.set_defaults(func=cmd_quickstart)
+
+    p = sub.add_parser("bench", help="throughput and memory against Hugging Face models of the same shape",
+                       add_help=False)
+    p.add_argument("bench_args", nargs=argparse.REMAINDER)
+    p.set_defaults(func=cmd_bench)
+
+    p = sub.add_parser("config", help="print the resolved recipe, or every key with --keys")
+    p.add_argument("--config")
+    p.add_argument("--keys", action="store_true")
+    p.add_argument("overrides", nargs="*")
+    p.set_defaults(func=cmd_config)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except _user_errors() as e:
+        print(f"seqdiff {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except ValueError as e:  # invalid numbers given on the command line
+        print(f"seqdiff {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"seqdiff {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

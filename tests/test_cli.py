@@ -1,0 +1,94 @@
+import json
+
+import pytest
+import torch
+
+from seqdiff.checkpoint import CheckpointError, load_checkpoint
+from seqdiff.cli import main
+from seqdiff.tokenizers import CharTokenizer, NucleotideTokenizer
+
+FIXTURE = "tests/fixtures/shakespeare_tiny.txt"
+TINY = ["model.preset=test", "model.max_seq_len=64", "data.seq_len=32", "data.batch_size=4",
+        f"data.train_file={FIXTURE}", f"data.valid_file={FIXTURE}", f"data.test_file={FIXTURE}",
+        "train.max_steps=3", "train.val_every=3", "train.val_batches=1", "train.progress_bar=false"]
+
+
+@pytest.fixture(scope="module")
+def run_dirs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("runs")
+    dirs = {}
+    for method, extra in [("mdlm", []), ("ar", []), ("tc", ["model.time_conditioning=true"])]:
+        name = "mdlm" if method == "tc" else method
+        assert main(["train", "--run-dir", str(root / method), *TINY, f"method.name={name}", *extra]) == 0
+        dirs[method] = root / method
+    return dirs
+
+
+def test_train_eval_sample_end_to_end(run_dirs, tmp_path, capsys):
+    out = tmp_path / "eval.json"
+    assert main(["eval", str(run_dirs["mdlm"]), "--num-t-samples", "2", "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["bound"] is True and report["num_t_samples"] == 2
+    assert report["num_tokens"] == len(CharTokenizer().encode(open(FIXTURE).read()))
+    assert report["bits_per_character"] == pytest.approx(report["nll_nats_per_token"] / 0.6931471805599453)
+    assert main(["eval", str(run_dirs["ar"]), "--out", str(out)]) == 0
+    assert json.loads(out.read_text())["bound"] is False
+    samples = tmp_path / "samples.txt"
+    assert main(["sample", str(run_dirs["mdlm"]), "--num-samples", "3", "--batch-size", "2", "--steps", "8",
+                 "--out", str(samples)]) == 0
+    assert samples.read_text().count("=== sample") == 3
+    assert main(["sample", str(run_dirs["ar"]), "--num-samples", "2"]) == 0
+    assert capsys.readouterr().out.count("=== sample") == 2
+
+
+def test_eval_is_reproducible(run_dirs, tmp_path):
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    main(["eval", str(run_dirs["mdlm"]), "--out", str(a)])
+    main(["eval", str(run_dirs["mdlm"]), "--out", str(b)])
+    assert json.loads(a.read_text())["nll_nats_per_token"] == json.loads(b.read_text())["nll_nats_per_token"]
+
+
+def _error(capsys, argv):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("error:") == 1
+    return err
+
+
+def test_bad_input_fails_with_one_clear_message(run_dirs, tmp_path, capsys):
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    assert "empty.txt" in _error(capsys, ["eval", str(run_dirs["mdlm"]), "--data", str(empty)])
+    assert "missing.txt" in _error(capsys, ["eval", str(run_dirs["mdlm"]), "--data", str(tmp_path / "missing.txt")])
+    assert "does not exist" in _error(capsys, ["eval", str(tmp_path / "nope.ckpt")])
+    junk = tmp_path / "junk.ckpt"
+    junk.write_bytes(b"not a checkpoint")
+    assert "junk.ckpt" in _error(capsys, ["sample", str(junk)])
+    assert "model.hiden" in _error(capsys, ["train", "--run-dir", str(tmp_path / "r"), "model.hiden=1"])
+    assert "max_seq_len" in _error(capsys, ["sample", str(run_dirs["mdlm"]), "--seq-len", "65"])
+    assert "time conditioning" in _error(capsys, ["sample", str(run_dirs["tc"]), "--sampler", "cached"])
+    assert "cannot drive" in _error(capsys, ["sample", str(run_dirs["ar"]), "--sampler", "cached"])
+    out = tmp_path / "never.txt"
+    _error(capsys, ["sample", str(run_dirs["mdlm"]), "--seq-len", "65", "--out", str(out)])
+    assert not out.exists() and not list(tmp_path.glob("never*"))
+    assert "unknown" in _error(capsys, ["sample", str(run_dirs["mdlm"]), "--sampler", "nope"])
+
+
+def test_time_conditioned_model_samples_with_ancestral(run_dirs, capsys):
+    assert main(["sample", str(run_dirs["tc"]), "--sampler", "ancestral", "--steps", "4", "--num-samples", "1"]) == 0
+
+
+def test_vocabulary_mismatch_is_refused(run_dirs):
+    with pytest.raises(CheckpointError, match="vocabulary does not match"):
+        load_checkpoint(run_dirs["mdlm"], tokenizer=NucleotideTokenizer())
+
+
+def test_checkpoint_round_trip_uses_ema_weights(run_dirs):
+    ckpt = torch.load(run_dirs["mdlm"] / "checkpoints" / "last.ckpt", weights_only=False)
+    model = load_checkpoint(run_dirs["mdlm"])
+    assert model.ema
+    name, value = next(iter(ckpt["ema_state_dict"].items()))
+    torch.testing.assert_close(model.backbone.state_dict()[name], value)
+    raw = load_checkpoint(run_dirs["mdlm"], use_ema=False)
+    torch.testing.assert_close(raw.backbone.state_dict()[name], ckpt["state_dict"]["backbone." + name])
+    assert model.tokenizer == CharTokenizer()
