@@ -1,0 +1,387 @@
+"""DiT-style transformer backbone: tokens (+ an optional noise level) -> logits or hidden states.
+
+The backbone knows nothing of diffusion. A method hands it token ids, optionally a per-sequence noise
+level (MDLM passes sigma_t when time conditioning is on) and a padding mask; it returns float32 logits.
+
+Design choices and the papers behind them
+- Pre-norm transformer blocks (LayerNorm -> attention -> residual; LayerNorm -> MLP -> residual), GELU
+  (tanh approximation) MLP of width mlp_ratio * hidden, fused qkv projection, final LayerNorm and an
+  untied output projection — the backbone of MDLM (Sahoo et al. 2024, "Simple and Effective Masked
+  Diffusion Language Models", arXiv:2406.07524), itself the DiT of Peebles & Xie 2023 ("Scalable Diffusion
+  Models with Transformers", arXiv:2212.09748) over token sequences.
+- Positions enter only through rotary embeddings in attention (Su et al. 2021, RoFormer): no learned
+  absolute table, so relative offsets are what attention sees (left padding does not shift anything).
+- adaLN-Zero conditioning (DiT): when `time_conditioning` is on, a sinusoidal embedding of the noise level
+  goes through an MLP to c (width cond_dim); every block maps SiLU(c) to shift / scale / gate for its
+  attention and MLP branches with a zero-initialized Linear, so each residual branch starts gated to zero
+  and the block starts as the identity. The final LayerNorm gets shift / scale the same way. LayerNorms
+  that are modulated carry no affine parameters of their own (as in DiT). When time conditioning is off
+  none of these parameters exist and the noise level is ignored.
+- Attention is `torch.nn.functional.scaled_dot_product_attention`. With no padding mask and no cache it
+  is called with `is_causal` / no mask so it can take its fastest (flash / memory-efficient) kernel; a
+  padding mask (True = real token) becomes an explicit boolean mask, combined with the causal triangle
+  when the model is causal. A query may always attend to itself, so a padded row is never fully masked
+  (a fully masked row would give NaN that leaks through the values into later layers).
+- KV cache for causal decoding: preallocated per-layer key / value buffers; new tokens are rotated at
+  their absolute positions, written at [len, len + L_new), and attend causally over the first
+  len + L_new cached positions. Prefill and token-by-token decoding share the same code path.
+- Initialization: N(0, 0.02) for Linear and Embedding weights, zero biases, zero adaLN modulation.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from seqdiff.backbones.rotary import RotaryEmbedding, apply_rotary
+from seqdiff.config import ModelConfig
+
+
+@dataclass
+class KVCache:
+    """Per-layer key / value buffers of a causal model, filled left to right.
+
+    keys[i], values[i]: (B, n_heads, max_len, head_dim); key_mask: (B, max_len), True = real token;
+    length: how many positions are filled. `padded` records that some attention mask was written, so the
+    model must build explicit masks instead of taking the unmasked fast path.
+    """
+
+    keys: list[Tensor]
+    values: list[Tensor]
+    key_mask: Tensor
+    length: int = 0
+    padded: bool = False
+
+    @property
+    def max_len(self) -> int:
+        return self.keys[0].shape[2]
+
+    @property
+    def batch_size(self) -> int:
+        return self.keys[0].shape[0]
+
+    def reset(self) -> None:
+        """Forget the cached tokens (the buffers are reused)."""
+        self.length = 0
+        self.padded = False
+        self.key_mask.fill_(True)
+
+
+def modulate(x: Tensor, shift: Tensor, scale: Tensor) -> Tensor:
+    """adaLN: x * (1 + scale) + shift, with shift / scale (B, 1, H) broadcast over positions."""
+    return torch.addcmul(shift, x, 1 + scale)
+
+
+class TimestepEmbedding(nn.Module):
+    """Noise level [B] -> sinusoidal features (freq_dim) -> MLP -> c (B, cond_dim), as in DiT."""
+
+    def __init__(self, cond_dim: int, freq_dim: int = 256, max_period: float = 10_000.0) -> None:
+        super().__init__()
+        half = freq_dim // 2
+        freqs = torch.exp(-math.log(max_period) * torch.arange(half, dtype=torch.float32) / half)
+        self.register_buffer("freqs", freqs, persistent=False)  # (freq_dim/2,)
+        self.mlp = nn.Sequential(nn.Linear(freq_dim, cond_dim), nn.SiLU(), nn.Linear(cond_dim, cond_dim))
+
+    def forward(self, noise_level: Tensor) -> Tensor:
+        args = noise_level.float()[:, None] * self.freqs.float()[None]  # (B, freq_dim/2)
+        emb = torch.cat((torch.cos(args), torch.sin(args)), dim=-1)  # (B, freq_dim), computed in float32
+        return self.mlp(emb.to(self.mlp[0].weight.dtype))  # (B, cond_dim)
+
+
+class SelfAttention(nn.Module):
+    """Multi-head self-attention with a fused qkv projection, rotary positions and an optional KV cache."""
+
+    def __init__(self, hidden_size: int, n_heads: int, dropout: float) -> None:
+        super().__init__()
+        self.n_heads = n_heads
+        self.head_dim = hidden_size // n_heads
+        self.qkv = nn.Linear(hidden_size, 3 * hidden_size)
+        self.out = nn.Linear(hidden_size, hidden_size)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(
+        self,
+        x: Tensor,
+        rotations: Tensor,
+        attn_mask: Tensor | None,
+        is_causal: bool,
+        kv: tuple[Tensor, Tensor] | None = None,
+        start: int = 0,
+    ) -> Tensor:
+        B, L, H = x.shape
+        q, k, v = self.qkv(x).view(B, L, 3, self.n_heads, self.head_dim).unbind(2)  # (B, L, nH, Dh) views
+        q = apply_rotary(q, rotations).transpose(1, 2)  # (B, nH, L, Dh), rotated at positions start + i
+        k = apply_rotary(k, rotations).transpose(1, 2)
+        v = v.transpose(1, 2)
+        if kv is not None:
+            k_buf, v_buf = kv  # (B, nH, max_len, Dh)
+            end = start + L
+            k_buf[:, :, start:end] = k
+            v_buf[:, :, start:end] = v
+            k = k_buf[:, :, :end].to(q.dtype)  # (B, nH, end, Dh)
+            v = v_buf[:, :, :end].to(q.dtype)
+        # (B, nH, L, Dh)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=is_causal)
+        y = y.transpose(1, 2).reshape(B, L, H)  # (B, L, H)
+        return self.dropout(self.out(y))
+
+
+class MLP(nn.Module):
+    def __init__(self, hidden_size: int, mlp_ratio: int, dropout: float) -> None:
+        super().__init__()
+        self.fc = nn.Linear(hidden_size, mlp_ratio * hidden_size)
+        self.proj = nn.Linear(mlp_ratio * hidden_size, hidden_size)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: Tensor) -> Tensor:
+        h = F.gelu(self.fc(x), approximate="tanh")  # (B, L, mlp_ratio * H)
+        return self.dropout(self.proj(h))  # (B, L, H)
+
+
+class DiTBlock(nn.Module):
+    """Pre-norm transformer block; with a conditioning vector, adaLN-Zero modulates both branches."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        H, cond = cfg.hidden_size, cfg.time_conditioning
+        self.norm1 = nn.LayerNorm(H, elementwise_affine=not cond)
+        self.attn = SelfAttention(H, cfg.n_heads, cfg.dropout)
+        self.norm2 = nn.LayerNorm(H, elementwise_affine=not cond)
+        self.mlp = MLP(H, cfg.mlp_ratio, cfg.dropout)
+        # SiLU(c) -> shift, scale, gate for attention and for the MLP; zero-initialized in DiT._init_weights.
+        self.adaLN_modulation = nn.Linear(cfg.cond_dim, 6 * H) if cond else None
+
+    def forward(
+        self,
+        x: Tensor,
+        c: Tensor | None,
+        rotations: Tensor,
+        attn_mask: Tensor | None,
+        is_causal: bool,
+        kv: tuple[Tensor, Tensor] | None = None,
+        start: int = 0,
+    ) -> Tensor:
+        if self.adaLN_modulation is None:
+            x = x + self.attn(self.norm1(x), rotations, attn_mask, is_causal, kv, start)
+            return x + self.mlp(self.norm2(x))
+        # (B, 1, 6H) -> six (B, 1, H)
+        shift1, scale1, gate1, shift2, scale2, gate2 = self.adaLN_modulation(c)[:, None].chunk(6, dim=-1)
+        h = self.attn(modulate(self.norm1(x), shift1, scale1), rotations, attn_mask, is_causal, kv, start)
+        x = torch.addcmul(x, gate1, h)  # x + gate * h
+        h = self.mlp(modulate(self.norm2(x), shift2, scale2))
+        return torch.addcmul(x, gate2, h)
+
+
+class DiT(nn.Module):
+    """Token ids [B, L] (+ noise level [B]) -> logits [B, L, vocab_size] (float32)."""
+
+    def __init__(self, cfg: ModelConfig, vocab_size: int, causal: bool) -> None:
+        super().__init__()
+        self.config = cfg
+        self.vocab_size = vocab_size
+        self.causal = causal
+        H = cfg.hidden_size
+        self.embed = nn.Embedding(vocab_size, H)
+        self.rotary = RotaryEmbedding(H // cfg.n_heads, cfg.max_seq_len)
+        if cfg.time_conditioning:
+            self.time_embed = TimestepEmbedding(cfg.cond_dim)
+        else:
+            self.time_embed = None
+        self.blocks = nn.ModuleList(DiTBlock(cfg) for _ in range(cfg.n_layers))
+        self.norm_final = nn.LayerNorm(H, elementwise_affine=not cfg.time_conditioning)
+        self.final_modulation = nn.Linear(cfg.cond_dim, 2 * H) if cfg.time_conditioning else None
+        self.output = nn.Linear(H, vocab_size)
+        self.apply(self._init_weights)
+        for block in self.blocks:
+            if block.adaLN_modulation is not None:
+                nn.init.zeros_(block.adaLN_modulation.weight)
+                nn.init.zeros_(block.adaLN_modulation.bias)
+        if self.final_modulation is not None:
+            nn.init.zeros_(self.final_modulation.weight)
+            nn.init.zeros_(self.final_modulation.bias)
+
+    @staticmethod
+    def _init_weights(module: nn.Module) -> None:
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            nn.init.zeros_(module.bias)
+
+    # ------------------------------------------------------------------------------------------------
+    # Public API
+    # ------------------------------------------------------------------------------------------------
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        noise_level: Tensor | None = None,
+        attention_mask: Tensor | None = None,
+        kv_cache: KVCache | None = None,
+    ) -> Tensor:
+        """Logits (B, L, vocab_size) in float32. See `hidden_states` for the arguments."""
+        h = self.hidden_states(input_ids, noise_level, attention_mask, kv_cache=kv_cache)  # (B, L, H)
+        return self.output(h).float()  # (B, L, V)
+
+    def hidden_states(
+        self,
+        input_ids: Tensor,
+        noise_level: Tensor | None = None,
+        attention_mask: Tensor | None = None,
+        *,
+        kv_cache: KVCache | None = None,
+    ) -> Tensor:
+        """Final-normed (and, with time conditioning, modulated) hidden states (B, L, hidden_size).
+
+        input_ids: LongTensor (B, L). noise_level: (B,) or a scalar; required with time conditioning,
+        ignored without. attention_mask: BoolTensor (B, L), True = real token; used as a key padding mask
+        (with a cache it covers only the new tokens and is remembered for later calls). kv_cache: from
+        `new_kv_cache` (causal models only); the call appends the new tokens and advances its length.
+        The cache is written in place: use it for inference (under `torch.no_grad()`), not for training.
+        """
+        B, L = input_ids.shape
+        start = 0 if kv_cache is None else kv_cache.length
+        self._check_lengths(B, L, start, kv_cache)
+        if attention_mask is not None:
+            if attention_mask.shape != (B, L):
+                raise ValueError(f"attention_mask must have shape {(B, L)}, got {tuple(attention_mask.shape)}")
+            attention_mask = attention_mask.bool()  # also accept 0 / 1 integer masks
+
+        c = self._condition(noise_level, B)  # SiLU(c) (B, cond_dim) or None
+        rotations = self.rotary(L, offset=start)  # (L, Dh/2, 2) cos, sin
+        attn_mask, is_causal = self._attention_mask(attention_mask, B, L, start, kv_cache, input_ids.device)
+
+        x = self.embed(input_ids)  # (B, L, H)
+        for i, block in enumerate(self.blocks):
+            kv = None if kv_cache is None else (kv_cache.keys[i], kv_cache.values[i])
+            x = block(x, c, rotations, attn_mask, is_causal, kv, start)
+        x = self.norm_final(x)
+        if self.final_modulation is not None:
+            shift, scale = self.final_modulation(c)[:, None].chunk(2, dim=-1)  # (B, 1, H) each
+            x = modulate(x, shift, scale)
+        if kv_cache is not None:
+            kv_cache.length = start + L
+        return x
+
+    def new_kv_cache(
+        self,
+        batch_size: int,
+        max_len: int,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> KVCache:
+        """Empty cache for `batch_size` sequences of up to `max_len` tokens (causal models only).
+
+        device / dtype default to those of the model's parameters.
+        """
+        if not self.causal:
+            raise ValueError("new_kv_cache needs a causal model; this DiT was built with causal=False")
+        if max_len > self.config.max_seq_len:
+            raise ValueError(f"cache max_len={max_len} exceeds model.max_seq_len={self.config.max_seq_len}")
+        ref = self.output.weight
+        device = ref.device if device is None else device
+        dtype = ref.dtype if dtype is None else dtype
+        n_heads = self.config.n_heads
+        shape = (batch_size, n_heads, max_len, self.config.hidden_size // n_heads)
+        return KVCache(
+            keys=[torch.zeros(shape, device=device, dtype=dtype) for _ in self.blocks],
+            values=[torch.zeros(shape, device=device, dtype=dtype) for _ in self.blocks],
+            key_mask=torch.ones(batch_size, max_len, device=device, dtype=torch.bool),
+        )
+
+    def num_parameters(self, exclude_embedding: bool = False) -> int:
+        """Number of parameters; `exclude_embedding` leaves out the input token embedding table."""
+        n = sum(p.numel() for p in self.parameters())
+        return n - self.embed.weight.numel() if exclude_embedding else n
+
+    def flops_per_token(self, seq_len: int) -> int:
+        """Training FLOPs per token (forward + backward): 6 * N + 12 * n_layers * hidden_size * seq_len.
+
+        The convention of PaLM (Chowdhery et al. 2022, appendix B), also nanoGPT's MFU estimate: 2 FLOPs
+        per multiply-accumulate, x3 for forward + backward. N counts the parameters applied at every token:
+        all but the input embedding (a lookup) and the noise-level conditioning (timestep MLP and adaLN
+        modulation Linears run once per sequence, not per token); the untied output projection counts.
+        The attention term (QK^T and AV over seq_len keys) is for full attention; a causal model does
+        about half of it, which this convention ignores.
+        """
+        per_sequence = {id(p) for m in self._conditioning_modules() for p in m.parameters()}
+        n = sum(p.numel() for p in self.parameters() if id(p) not in per_sequence)
+        n -= self.embed.weight.numel()
+        cfg = self.config
+        return 6 * n + 12 * cfg.n_layers * cfg.hidden_size * seq_len
+
+    # ------------------------------------------------------------------------------------------------
+    # Internals
+    # ------------------------------------------------------------------------------------------------
+
+    def _conditioning_modules(self) -> list[nn.Module]:
+        mods = [self.time_embed, self.final_modulation] + [b.adaLN_modulation for b in self.blocks]
+        return [m for m in mods if m is not None]
+
+    def _check_lengths(self, B: int, L: int, start: int, kv_cache: KVCache | None) -> None:
+        max_seq_len = self.config.max_seq_len
+        if start + L > max_seq_len:
+            raise ValueError(f"sequence of length {start + L} is longer than model.max_seq_len={max_seq_len}")
+        if kv_cache is None:
+            return
+        if not self.causal:
+            raise ValueError("kv_cache needs a causal model; this DiT was built with causal=False")
+        if kv_cache.batch_size != B:
+            raise ValueError(f"kv_cache holds batch size {kv_cache.batch_size}, input has {B}")
+        if start + L > kv_cache.max_len:
+            raise ValueError(
+                f"kv_cache overflow: {start} cached + {L} new tokens exceed its max_len={kv_cache.max_len}"
+            )
+
+    def _condition(self, noise_level: Tensor | None, B: int) -> Tensor | None:
+        """SiLU(c), c = MLP(sinusoid(noise_level)): (B, cond_dim); None without time conditioning."""
+        if self.time_embed is None:
+            return None
+        if noise_level is None:
+            raise ValueError("this DiT has time_conditioning=True: pass noise_level of shape (B,)")
+        if noise_level.ndim == 0:
+            noise_level = noise_level.expand(B)
+        if noise_level.shape != (B,):
+            raise ValueError(f"noise_level must have shape ({B},), got {tuple(noise_level.shape)}")
+        return F.silu(self.time_embed(noise_level))
+
+    def _attention_mask(
+        self,
+        attention_mask: Tensor | None,
+        B: int,
+        L: int,
+        start: int,
+        kv_cache: KVCache | None,
+        device: torch.device,
+    ) -> tuple[Tensor | None, bool]:
+        """(attn_mask for SDPA or None, is_causal). Boolean masks are True where attention is allowed."""
+        end = start + L
+        if kv_cache is not None:
+            if attention_mask is not None:
+                kv_cache.key_mask[:, start:end] = attention_mask
+                kv_cache.padded = True
+            key_ok = kv_cache.key_mask[:, :end] if kv_cache.padded else None  # (B, end)
+        else:
+            key_ok = attention_mask
+        if key_ok is None:  # fast paths: let SDPA choose its fused kernel
+            if not self.causal or L == 1:
+                return None, False  # bidirectional, or one new token that sees the whole cache
+            if start == 0:
+                return None, True
+        elif not self.causal:
+            # A sequence with no real token at all would leave its rows fully masked: let it see everything.
+            key_ok = key_ok | ~key_ok.any(dim=-1, keepdim=True)
+            return key_ok[:, None, None, :], False  # (B, 1, 1, L)
+        q_pos = torch.arange(start, end, device=device)[:, None]  # (L, 1) absolute query positions
+        k_pos = torch.arange(end, device=device)[None, :]  # (1, end)
+        allowed = k_pos <= q_pos  # (L, end) causal triangle, offset by the cache length
+        if key_ok is None:
+            return allowed, False
+        allowed = (allowed & key_ok[:, None, :]) | (k_pos == q_pos)  # (B, L, end); a query sees itself
+        return allowed[:, None], False  # (B, 1, L, end)
+
+
+__all__ = ["MLP", "DiT", "DiTBlock", "KVCache", "SelfAttention", "TimestepEmbedding", "modulate"]
