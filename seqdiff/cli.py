@@ -32,12 +32,14 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from seqdiff.checkpoint import CheckpointError
     from seqdiff.config import ConfigError
     from seqdiff.data.fetch import FetchError
+    from seqdiff.data.genome import GenomeError
     from seqdiff.data.text_files import DataFileError
     from seqdiff.samplers import SamplerError
     from seqdiff.tokenizers import TokenizerError
     from seqdiff.training.run import RunError
 
-    return (ConfigError, DataFileError, CheckpointError, SamplerError, TokenizerError, RunError, FetchError)
+    return (ConfigError, DataFileError, CheckpointError, SamplerError, TokenizerError, RunError, FetchError,
+            GenomeError)
 
 
 # ---------------------------------------------------------------------------------------------- train
@@ -53,31 +55,50 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------------------------------------- eval
+FASTA_SUFFIXES = (".fa", ".fasta", ".fna", ".fa.gz", ".fasta.gz", ".fna.gz")
+
+
+def load_eval_tokens(path: Path, model):
+    """Tokens (and a loss mask, False at N bases) of a text file, or of a FASTA file for DNA models."""
+    if model.tokenizer.kind == "nucleotide" and path.name.lower().endswith(FASTA_SUFFIXES):
+        from seqdiff.data.genome import fasta_tokens
+
+        return fasta_tokens(path, model.tokenizer)
+    from seqdiff.data.text import tokenize_file
+
+    return tokenize_file(path, model.tokenizer), None
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
     import torch
 
     from seqdiff.checkpoint import load_checkpoint
-    from seqdiff.data.text import split_path, tokenize_file
+    from seqdiff.data import build_data_module
+    from seqdiff.data.text import split_path
     from seqdiff.evaluation.generate import write_atomically
-    from seqdiff.evaluation.likelihood import evaluate_tokens
+    from seqdiff.evaluation.likelihood import evaluate_batches, evaluate_tokens
 
     model = load_checkpoint(args.checkpoint, device=args.device, use_ema=not args.no_ema)
-    if args.data:
-        data_path = Path(args.data)
-    elif model.data_config is not None:
-        data_path = split_path(model.data_config, args.split)
+    torch.manual_seed(args.seed)
+    options = {"num_t_samples": args.num_t_samples, "seed": args.seed, "progress": True}
+    data_config = model.data_config
+    if args.data or (data_config is not None and data_config.kind == "text"):
+        data_path = Path(args.data) if args.data else split_path(data_config, args.split)
+        tokens, loss_mask = load_eval_tokens(data_path, model)
+        report = evaluate_tokens(model, tokens, batch_size=args.batch_size, loss_mask=loss_mask, **options)
+        source, stem = str(data_path), data_path.name
+    elif data_config is not None:  # e.g. held-out genome intervals: the run's own data module tiles them
+        data_config.eval_batch_size = args.batch_size
+        loader = build_data_module(data_config, model.tokenizer).eval_dataloader(args.split)
+        report = evaluate_batches(model, loader, **options)
+        source, stem = f"{data_config.kind} {args.split} split", f"{data_config.kind}-{args.split}"
     else:
         raise ValueError("this checkpoint records no corpus; pass --data FILE")
-    tokens = tokenize_file(data_path, model.tokenizer)
-    torch.manual_seed(args.seed)
-    report = evaluate_tokens(model, tokens, batch_size=args.batch_size, num_t_samples=args.num_t_samples,
-                             seed=args.seed, progress=True)
-    report.update({"checkpoint": str(model.path), "step": model.step, "data": str(data_path),
-                   "ema_weights": model.ema})
-    out = Path(args.out) if args.out else model.path.parent.parent / "eval" / f"{data_path.name}.json"
+    report.update({"checkpoint": str(model.path), "step": model.step, "data": source, "ema_weights": model.ema})
+    out = Path(args.out) if args.out else model.path.parent.parent / "eval" / f"{stem}.json"
     write_atomically(out, json.dumps(report, indent=2) + "\n")
     kind = "upper bound (NELBO)" if report["bound"] else "exact"
-    print(f"{model.method.name} on {data_path} ({report['num_tokens']} tokens, {kind}):")
+    print(f"{model.method.name} on {source} ({report['num_tokens']} tokens, {kind}):")
     for key in ("nll_nats_per_token", "bits_per_token", "perplexity", "bits_per_character", "bits_per_base"):
         if key in report:
             print(f"  {key:<20} {report[key]:.4f}")

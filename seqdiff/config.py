@@ -82,7 +82,7 @@ class MethodConfig:
     num_timesteps: int = 0
     """0 trains and evaluates the continuous-time NELBO; T > 0 uses the discrete-time NELBO with T steps."""
     t_min: float = 1e-3
-    """Continuous times are drawn in [t_min, 1]: the NELBO integrand's variance diverges at t = 0."""
+    """Times are drawn in [t_min, 1] (variance diverges at 0); the bound omits a share 1 - alpha(t_min)."""
 
     def __post_init__(self) -> None:
         if self.num_timesteps < 0:
@@ -94,7 +94,7 @@ class MethodConfig:
 @dataclass
 class DataConfig:
     kind: str = "text"
-    """Data module registry key (see seqdiff.data.DATA_MODULES): text."""
+    """Data module registry key (see seqdiff.data.DATA_MODULES): text or fasta."""
     corpus: str = "shakespeare"
     """A builtin corpus name (shakespeare) or a folder with {train,valid,test}.txt / .txt.gz / .jsonl."""
     train_file: str | None = None
@@ -115,11 +115,46 @@ class DataConfig:
     """Blocks per evaluation batch."""
     num_workers: int = 0
     """DataLoader worker processes."""
+    fasta: str | None = None
+    """fasta: the reference FASTA (plain or bgzip; .fai / .gzi built beside it when missing)."""
+    bed: str | None = None
+    """fasta, split_mode=bed: intervals `chrom start end split` (Basenji / Enformer layout)."""
+    split_mode: Literal["bed", "chromosomes", "blocks"] = "blocks"
+    """fasta: splits from a BED file, whole held-out chromosomes, or held-out blocks of one chromosome."""
+    chromosomes: list[str] = field(default_factory=list)
+    """fasta: the chromosome(s) cut into blocks (blocks mode), or training ones (chromosomes; empty: 1-22, X, Y)."""
+    valid_chromosomes: list[str] = field(default_factory=list)
+    """fasta, split_mode=chromosomes: chromosomes held out for validation."""
+    test_chromosomes: list[str] = field(default_factory=list)
+    """fasta, split_mode=chromosomes: chromosomes held out for testing."""
+    block_size: int = 100_000
+    """fasta, split_mode=blocks: bases per block assigned to one split (mostly-N blocks are dropped)."""
+    valid_fraction: float = 0.05
+    """fasta, split_mode=blocks: fraction of blocks held out for validation."""
+    test_fraction: float = 0.05
+    """fasta, split_mode=blocks: fraction of blocks held out for testing."""
+    split_seed: int = 0
+    """fasta, split_mode=blocks: seed of the block assignment (independent of train.seed, so runs share splits)."""
+    max_n_fraction: float = 0.1
+    """fasta: windows with a larger fraction of N are resampled (training) or skipped (evaluation)."""
+    rc_augment: bool = True
+    """fasta: replace each training window by its reverse complement with probability 0.5."""
+    keep_soft_mask: bool = False
+    """fasta: add a per-base bool "soft_mask" tensor (lowercase in the FASTA) to each batch."""
 
     def __post_init__(self) -> None:
         for key in ("seq_len", "batch_size", "eval_batch_size"):
             if getattr(self, key) < 1:
                 raise ConfigError(f"data.{key} must be >= 1, got {getattr(self, key)}")
+        if self.block_size < 1:
+            raise ConfigError(f"data.block_size must be >= 1, got {self.block_size}")
+        for key in ("valid_fraction", "test_fraction", "max_n_fraction"):
+            if not 0 <= getattr(self, key) <= 1:
+                raise ConfigError(f"data.{key} must lie in [0, 1], got {getattr(self, key)}")
+        if self.valid_fraction + self.test_fraction >= 1:
+            raise ConfigError("data.valid_fraction + data.test_fraction must be < 1 (blocks are left for training)")
+        if self.kind == "fasta" and self.tokenizer != "nucleotide":
+            raise ConfigError(f"data.kind=fasta needs data.tokenizer=nucleotide, got {self.tokenizer!r}")
 
 
 @dataclass

@@ -111,3 +111,28 @@ def test_fasta_output_format():
     lines = text.splitlines()
     assert lines[0].startswith(">sample_0") and lines[1] == "ACGT" * 20 and lines[2] == "ACGT" * 10
     assert lines[3].startswith(">sample_1") and lines[4] == "NNAC"
+
+
+def test_dna_train_eval_and_zero_shot_fasta(tmp_path, capsys):
+    import shutil
+
+    fa = tmp_path / "slices.fa"  # a copy: pyfaidx writes its index beside the FASTA
+    shutil.copy("tests/fixtures/grch37_chr20_slices.fa", fa)
+    run = tmp_path / "dna"
+    assert main(["train", "--run-dir", str(run), "model.preset=test", "model.max_seq_len=64", "data.kind=fasta",
+                 "data.tokenizer=nucleotide", f"data.fasta={fa}", "data.split_mode=bed",
+                 "data.bed=tests/fixtures/grch37_chr20_slices.bed",
+                 "data.seq_len=64", "data.batch_size=4", "train.max_steps=2", "train.val_every=2",
+                 "train.val_batches=1", "train.progress_bar=false"]) == 0
+    out = tmp_path / "held_out.json"
+    assert main(["eval", str(run), "--out", str(out)]) == 0
+    held_out = json.loads(out.read_text())
+    assert "bits_per_base" in held_out and held_out["data"] == "fasta test split"
+    assert main(["eval", str(run), "--data", str(fa), "--out", str(out)]) == 0
+    zero_shot = json.loads(out.read_text())
+    text = open(fa).read()
+    bases = sum(len(line.strip()) for line in text.splitlines() if not line.startswith(">"))
+    n_count = sum(line.strip().upper().count("N") for line in text.splitlines() if not line.startswith(">"))
+    assert zero_shot["num_tokens"] == bases - n_count  # N bases are not scored
+    assert main(["sample", str(run), "--num-samples", "2", "--steps", "8"]) == 0
+    assert ">sample_0 sampler=cached\n" in capsys.readouterr().out

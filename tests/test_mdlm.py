@@ -88,6 +88,7 @@ def test_nelbo_equals_entropy_for_product_data(schedule):
     """With the exact denoiser (the marginals), the NELBO is (alpha(0) - alpha(1)) * H, H the true entropy."""
     g = torch.Generator().manual_seed(0)
     L = 8
+    torch.manual_seed(0)
     marginals = torch.distributions.Dirichlet(torch.ones(3)).sample((L,))
     oracle = ProductOracle(marginals, V)
     x0 = torch.multinomial(marginals, 4096 * 4, replacement=True, generator=g).T.reshape(4096 * 4, L)
@@ -107,7 +108,10 @@ def test_nelbo_equals_entropy_for_product_data(schedule):
     # up to alpha(t_min) instead of alpha(0)
     expected = H * (sched.alpha(torch.tensor(1e-3)) - sched.alpha(torch.tensor(1.0))).item() / (1 - 1e-3)
     assert abs(estimate - expected) < 4 * stderr + 1e-3, (estimate, expected, H, scale, stderr)
-    assert abs(estimate - H) < 0.02 * H
+    # The part of the bound left out below t_min is 1 - alpha(t_min): negligible for the default schedule,
+    # about 2% for the fast-rising linear-sigma one (documented on MethodConfig.t_min).
+    truncated = 1 - sched.alpha(torch.tensor(1e-3)).item()
+    assert abs(estimate - H) < 4 * stderr + 1e-3 + truncated * H
 
 
 def _exact_masked_ce(net, x0, p_mask):

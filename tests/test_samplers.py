@@ -21,6 +21,7 @@ def _mdlm(**kw):
 @pytest.mark.parametrize("steps", [1, 3, 16])
 def test_oracle_product_marginals_chi_square(steps):
     L, N = 5, 6000
+    torch.manual_seed(steps)
     marginals = torch.distributions.Dirichlet(torch.ones(3)).sample((L,))
     sampler = MDLMAncestralSampler(_mdlm(), ProductOracle(marginals, V), steps=steps)
     x = sampler.generate(N, L, torch.Generator().manual_seed(steps)).tokens
@@ -36,6 +37,7 @@ def test_oracle_product_marginals_chi_square(steps):
 def test_oracle_joint_distribution_with_many_steps():
     """With one reveal per step (many steps) the exact denoiser reproduces the whole joint distribution."""
     L, K, N = 3, 3, 5000
+    torch.manual_seed(0)
     joint = torch.distributions.Dirichlet(torch.full((K**L,), 0.7)).sample(())
     oracle = JointOracle(joint, L, K, V, MASK)
     sampler = MDLMCachedSampler(_mdlm(), oracle, steps=600)

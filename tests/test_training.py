@@ -108,3 +108,17 @@ def test_wandb_logging_offline(tmp_path, monkeypatch):
     runs = list((tmp_path / "r" / "wandb").glob("offline-run-*"))
     assert runs, "an offline wandb run folder must be written"
     assert (tmp_path / "r" / "logs" / "metrics.csv").is_file()  # CSV logs always
+
+
+def test_global_batch_is_split_across_processes():
+    import numpy as np
+
+    from seqdiff.data.blocks import RandomWindowBatches
+
+    tokens = np.arange(1000)
+    whole = RandomWindowBatches(tokens, 16, 8, seed=3).batch_at(5)["input_ids"]
+    parts = [RandomWindowBatches(tokens, 16, 8, seed=3, rank=r, world_size=4).batch_at(5)["input_ids"]
+             for r in range(4)]
+    assert torch.equal(torch.cat(parts), whole)
+    with pytest.raises(ValueError, match="does not divide"):
+        RandomWindowBatches(tokens, 16, 6, seed=3, rank=0, world_size=4)

@@ -52,9 +52,11 @@ class TextDataModule(L.LightningDataModule):
         return self.tokens[split]
 
     def train_dataloader(self) -> DataLoader:
-        start = self.trainer.global_step if self.trainer is not None else 0  # resume mid-run exactly
+        trainer = self.trainer
+        start = trainer.global_step if trainer is not None else 0  # resume mid-run exactly
+        rank, world = (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
         data = RandomWindowBatches(self.split_tokens("train"), self.config.seq_len, self.config.batch_size,
-                                   self.seed, start_step=start)
+                                   self.seed, start_step=start, rank=rank, world_size=world)
         return DataLoader(data, batch_size=None, num_workers=self.config.num_workers,
                           persistent_workers=self.config.num_workers > 0)
 

@@ -21,15 +21,23 @@ from seqdiff.methods import Batch
 
 @torch.no_grad()
 def evaluate_tokens(model: LoadedModel, tokens: np.ndarray, batch_size: int = 32, num_t_samples: int = 1,
-                    seed: int = 0, seq_len: int | None = None, progress: bool = False) -> dict[str, Any]:
-    """Score `tokens` cut into blocks of the training length (every token exactly once)."""
+                    seed: int = 0, seq_len: int | None = None, progress: bool = False,
+                    loss_mask: np.ndarray | None = None) -> dict[str, Any]:
+    """Score `tokens` cut into blocks of the training length (every token with loss_mask True exactly once)."""
     seq_len = seq_len or model.seq_len
     if seq_len > model.model_config.max_seq_len:
         raise ValueError(f"seq_len={seq_len} exceeds the model's max_seq_len={model.model_config.max_seq_len}")
     if num_t_samples < 1:
         raise ValueError(f"num_t_samples must be >= 1, got {num_t_samples}")
+    loader = DataLoader(TiledBlocks(tokens, seq_len, model.tokenizer.pad_id, loss_mask), batch_size=batch_size)
+    return evaluate_batches(model, loader, num_t_samples=num_t_samples, seed=seed, progress=progress)
+
+
+@torch.no_grad()
+def evaluate_batches(model: LoadedModel, loader, num_t_samples: int = 1, seed: int = 0,
+                     progress: bool = False) -> dict[str, Any]:
+    """Score every batch ({"input_ids", optional "attention_mask", "loss_mask"}) of an evaluation loader."""
     device = next(model.backbone.parameters()).device
-    loader = DataLoader(TiledBlocks(tokens, seq_len, model.tokenizer.pad_id), batch_size=batch_size)
     if progress:
         from tqdm import tqdm
 
@@ -37,8 +45,8 @@ def evaluate_tokens(model: LoadedModel, tokens: np.ndarray, batch_size: int = 32
     total = torch.zeros((), dtype=torch.float64)
     count = torch.zeros((), dtype=torch.float64)
     for i, raw in enumerate(loader):
-        batch = Batch(input_ids=raw["input_ids"].to(device), attention_mask=raw["attention_mask"].to(device))
-        if bool(batch.attention_mask.all()):
+        batch = Batch.from_any({k: v.to(device) for k, v in raw.items()})
+        if batch.attention_mask is not None and bool(batch.attention_mask.all()):
             batch.attention_mask = None
         g = torch.Generator(device).manual_seed(step_generator(seed, i).initial_seed())
         nll_sum, n = model.method.nll(model.backbone, batch, g, num_samples=num_t_samples)

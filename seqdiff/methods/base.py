@@ -36,7 +36,8 @@ class Batch:
             return batch
         if isinstance(batch, Tensor):
             return cls(input_ids=batch)
-        return cls(**batch)
+        # data modules may carry extra per-position fields (e.g. a soft-mask flag); methods ignore them
+        return cls(**{k: batch[k] for k in ("input_ids", "loss_mask", "attention_mask") if k in batch})
 
     def scored(self, pad_id: int) -> Tensor:
         mask = self.input_ids != pad_id

@@ -36,7 +36,8 @@ class SeqDiffModule(L.LightningModule):
     def training_step(self, batch, batch_idx):
         step = self.global_step
         torch.manual_seed((self.train_config.seed * 7_919 + step) % (2**63))  # dropout, if any
-        generator = step_generator(self.train_config.seed + 1, step)
+        # each process of a multi-process run draws its own noise
+        generator = step_generator(self.train_config.seed + 1 + 1_000_033 * self.global_rank, step)
         if self.device.type != "cpu":
             generator = torch.Generator(self.device).manual_seed(generator.initial_seed())
         out = self.method.loss(self.backbone, Batch.from_any(batch), generator)

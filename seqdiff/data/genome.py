@@ -1,0 +1,775 @@
+"""Reference genomes for DNA language models: FASTA access, interval splits, training and evaluation windows.
+
+Design choices
+- pyfaidx reads plain and bgzip-compressed FASTA by random access (.fai, plus .gzi for bgzip). Missing
+  indexes are built beside the file; present ones are checked against it (modification time, and the
+  record boundaries the .fai claims), and a stale one is rebuilt or, where the folder is read-only,
+  refused with a message. A plain gzip file (no random access) and a truncated bgzip file are refused.
+- One pyfaidx handle per process: `FastaHandle` keeps the pid that opened it and reopens in a forked
+  DataLoader worker (a handle shared across forks reads empty or garbled sequence).
+- Splits are lists of `Interval(chrom, start, end, split)`, 0-based and half-open: from a BED file in the
+  Basenji / Enformer layout `chrom start end split` (the one HyenaDNA and Caduceus train on), from whole
+  held-out chromosomes, or from held-out blocks of one chromosome, with a gap of at least one window
+  between blocks of different splits so that no window crosses or touches another split.
+- Chromosome names are matched up to a `chr` prefix and chrM / MT (`chr20` finds `20`).
+- Training windows (`RandomGenomeWindows`) are step-indexed like `blocks.RandomWindowBatches`: batch k
+  depends only on (seed, k), so a resumed run and a run with workers see the same batches. A window start
+  is uniform over all valid starts of all intervals (intervals are drawn in proportion to their length);
+  windows with more than `max_n_fraction` N are redrawn; each window is reverse-complemented with
+  probability 1/2. Evaluation tiles (`TiledGenomeWindows`) cover each interval once, in order; tiles with
+  too many N are skipped.
+- N is never scored (`loss_mask` False). Lowercase (soft-masked) bases are read as uppercase, and can be
+  kept as a per-base "soft_mask" flag. IUPAC ambiguity codes are read as N and reported once per file.
+- Tokenization is one table lookup over the raw bytes (`NucleotideTokenizer.encode_bytes`).
+"""
+
+from __future__ import annotations
+
+import bisect
+import gzip
+import logging
+import math
+import os
+import re
+import struct
+import zlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset, IterableDataset, get_worker_info
+
+from seqdiff.data.blocks import step_generator
+from seqdiff.tokenizers.nucleotide import IUPAC_AMBIGUOUS, NucleotideTokenizer
+
+log = logging.getLogger(__name__)
+
+SPLITS = ("train", "valid", "test")
+SPLIT_NAMES = {"train": "train", "training": "train", "valid": "valid", "validation": "valid", "val": "valid",
+               "dev": "valid", "test": "test", "testing": "test"}
+"""Spellings accepted in a BED file's split column."""
+HUMAN_PRIMARY = {str(i) for i in range(1, 23)} | {"X", "Y"}
+"""Canonical names of the nuclear human chromosomes (the default training set in chromosomes mode)."""
+BGZF_EOF = bytes.fromhex("1f8b08040000000000ff0600424302001b0003000000000000000000")
+"""The empty block that ends every complete BGZF file."""
+
+_IUPAC = np.zeros(256, dtype=bool)
+_IUPAC[[ord(c) for c in IUPAC_AMBIGUOUS + IUPAC_AMBIGUOUS.lower()]] = True
+_LOWER = np.zeros(256, dtype=bool)
+_LOWER[ord("a"): ord("z") + 1] = True
+_IUPAC_REPORTED: set[str] = set()  # files whose IUPAC codes this process has already reported
+
+
+class GenomeError(ValueError):
+    """A FASTA / BED / index that cannot be used; the message names the file, record and position."""
+
+
+# ---------------------------------------------------------------------------------------------- names
+def canonical_chrom(name: str) -> str:
+    """`chr20` -> `20`, `chrM` / `M` / `MT` -> `MT`, `chrX` -> `X` (case-insensitive)."""
+    core = name[3:] if name.lower().startswith("chr") and len(name) > 3 else name
+    core = core.upper()
+    return "MT" if core in ("M", "MT") else core
+
+
+def _name_list(names: Sequence[str], limit: int = 40) -> str:
+    shown = ", ".join(names[:limit])
+    return shown + (f", ... ({len(names)} in all)" if len(names) > limit else "")
+
+
+def resolve_chrom(name: str, available: Sequence[str], where: str = "") -> str:
+    """The FASTA's spelling of chromosome `name` (exact match first, then up to chr prefix and chrM/MT)."""
+    if name in available:
+        return name
+    matches = [a for a in available if canonical_chrom(a) == canonical_chrom(name)]
+    prefix = f"{where}: " if where else ""
+    if len(matches) == 1:
+        return matches[0]
+    if len(matches) > 1:
+        raise GenomeError(f"{prefix}chromosome {name!r} is ambiguous in the FASTA: {matches}")
+    raise GenomeError(f"{prefix}chromosome {name!r} is not in the FASTA; available: {_name_list(list(available))}")
+
+
+# ---------------------------------------------------------------------------------------------- files
+def compression(path: str | Path) -> str:
+    """'plain', 'bgzf' (block gzip, random access) or 'gzip' (plain gzip: no random access)."""
+    with open(path, "rb") as f:
+        head = f.read(18)
+    if head[:2] != b"\x1f\x8b":
+        return "plain"
+    # BGZF: FEXTRA flag set and a 'BC' subfield first (SAM/BAM specification, section 4.1).
+    if len(head) >= 14 and head[3] & 4 and head[12:14] == b"BC":
+        return "bgzf"
+    return "gzip"
+
+
+def bgzip_file(src: str | Path, dst: str | Path) -> Path:
+    """Recompress a plain or gzip FASTA as BGZF (what `bgzip` does), so that pyfaidx can read it."""
+    from Bio import bgzf
+
+    src, dst = Path(src), Path(dst)
+    tmp = dst.with_name(dst.name + ".tmp")
+    opener = gzip.open if compression(src) != "plain" else open
+    try:
+        with opener(src, "rb") as fin, bgzf.BgzfWriter(str(tmp), "wb") as fout:
+            while chunk := fin.read(1 << 20):
+                fout.write(chunk)
+    except (EOFError, OSError, zlib.error) as e:
+        tmp.unlink(missing_ok=True)
+        raise GenomeError(f"{src}: cannot be read to the end ({e}); is it truncated?") from e
+    os.replace(tmp, dst)
+    return dst
+
+
+def _gzip_hint(path: Path) -> str:
+    return (f"recompress it with `gunzip -c {path} | bgzip > OUT.fa.gz` (bgzip is in htslib / tabix) or, in "
+            f"Python, seqdiff.data.genome.bgzip_file('{path}', 'OUT.fa.gz'); or gunzip it to a plain FASTA")
+
+
+class _RawReader:
+    """Bytes of the uncompressed FASTA at any offset (plain seek, or BGZF virtual offsets from the .gzi)."""
+
+    def __init__(self, path: Path, bgzf: bool):
+        self.bgzf = bgzf
+        if bgzf:
+            from Bio import bgzf as biobgzf
+
+            data = Path(str(path) + ".gzi").read_bytes()
+            (n,) = struct.unpack_from("<Q", data, 0)
+            pairs = np.frombuffer(data, dtype="<u8", count=2 * n, offset=8).reshape(n, 2)
+            self.cstarts = [0] + pairs[:, 0].tolist()
+            self.ustarts = [0] + pairs[:, 1].tolist()
+            self._make_voffset = biobgzf.make_virtual_offset
+            self.file = biobgzf.BgzfReader(str(path), "rb")
+        else:
+            self.file = open(path, "rb")
+
+    def read(self, offset: int, n: int) -> bytes:
+        if offset < 0:
+            return b""
+        if self.bgzf:
+            i = bisect.bisect_right(self.ustarts, offset) - 1
+            self.file.seek(self._make_voffset(self.cstarts[i], offset - self.ustarts[i]))
+        else:
+            self.file.seek(offset)
+        return self.file.read(n)
+
+    def close(self) -> None:
+        self.file.close()
+
+
+def _index_problem(path: Path, faidx, bgzf: bool, max_checked: int = 2000) -> str | None:
+    """Why the .fai (and .gzi) disagree with the FASTA, or None: each record must start right after its
+    header line and end exactly where the index says (checked on up to `max_checked` records)."""
+    records = list(faidx.index.items())
+    if not records:
+        return "the index lists no sequences"
+    if len(records) > max_checked:
+        records = records[: max_checked // 2] + records[-max_checked // 2:]
+    try:
+        reader = _RawReader(path, bgzf)
+    except (OSError, ValueError, struct.error) as e:
+        return f"the index cannot be read ({e})"
+    try:
+        for name, rec in records:
+            if rec.rlen == 0:
+                continue
+            if rec.lenc <= 0 or rec.lenb < rec.lenc:
+                return f"record {name}: line lengths {rec.lenc} / {rec.lenb} are invalid"
+            if reader.read(rec.offset - 1, 1) != b"\n":
+                return f"record {name} does not start at byte {rec.offset:,} after its header line"
+            full, rem = divmod(rec.rlen, rec.lenc)
+            end = rec.offset + (full - 1) * rec.lenb + rec.lenc if rem == 0 else rec.offset + full * rec.lenb + rem
+            newline = rec.lenb - rec.lenc  # 1 (\n) or 2 (\r\n)
+            tail = reader.read(end - 1, 2 + newline)  # last base, its line break, what follows
+            if not tail or tail[:1] in (b"\n", b"\r", b">"):
+                return f"record {name} is shorter than the {rec.rlen:,} bases the index lists"
+            after = tail[1 + newline:]
+            if tail[1:1 + newline].strip(b"\r\n") or after not in (b"", b">", b"\n", b"\r"):
+                return f"record {name} is longer than the {rec.rlen:,} bases the index lists"
+    except (OSError, ValueError, EOFError, zlib.error) as e:
+        return f"reading the file at the indexed offsets failed ({e})"
+    finally:
+        reader.close()
+    return None
+
+
+def _open_faidx(path: Path, rebuild: bool = True):
+    import pyfaidx
+
+    try:
+        return pyfaidx.Faidx(str(path), as_raw=True, rebuild=rebuild, build_index=rebuild,
+                             sequence_always_upper=False)
+    except pyfaidx.FastaIndexingError as e:
+        raise GenomeError(f"{path}: not a FASTA file pyfaidx can index: {e}") from e
+    except pyfaidx.UnsupportedCompressionFormat as e:
+        raise GenomeError(f"{path} is gzip- but not bgzip-compressed: {_gzip_hint(path)}") from e
+    except (EOFError, zlib.error) as e:
+        raise GenomeError(f"{path}: the compressed file ends early or is damaged ({e}); is it truncated?") from e
+    except ValueError as e:  # duplicate names, bad .fai lines
+        raise GenomeError(f"{path}: {e}") from e
+    except OSError as e:
+        raise GenomeError(f"{path}: cannot open or index it ({e})") from e
+
+
+def _index_state(path: Path, bgzf: bool) -> tuple[list[Path], list[Path]]:
+    """(missing, stale) index files: stale = older than the FASTA."""
+    indexes = [Path(str(path) + ".fai")] + ([Path(str(path) + ".gzi")] if bgzf else [])
+    missing = [p for p in indexes if not p.exists()]
+    mtime = path.stat().st_mtime
+    stale = [p for p in indexes if p.exists() and p.stat().st_mtime < mtime]
+    return missing, stale
+
+
+def open_fasta(path: str | Path) -> FastaHandle:
+    """Open (and index when needed) a plain or bgzip FASTA; refuses gzip, truncated files and bad indexes."""
+    path = Path(path)
+    if not path.is_file():
+        raise GenomeError(f"FASTA file {path} does not exist")
+    kind = compression(path)
+    if kind == "gzip":
+        raise GenomeError(f"{path} is gzip- but not bgzip-compressed, so it has no random access: {_gzip_hint(path)}")
+    bgzf = kind == "bgzf"
+    if bgzf:
+        with open(path, "rb") as f:
+            f.seek(max(0, path.stat().st_size - len(BGZF_EOF)))
+            if f.read() != BGZF_EOF:
+                raise GenomeError(f"{path} is truncated: the BGZF end-of-file block is missing (download or "
+                                  f"compress it again)")
+    writable = os.access(path.parent, os.W_OK)
+    missing, stale = _index_state(path, bgzf)
+    if missing and not writable:
+        raise GenomeError(f"{path} has no {', '.join(p.name for p in missing)} index and its folder is not "
+                          f"writable: index it elsewhere (`samtools faidx`) or copy it to a writable folder")
+    if stale:
+        if writable:
+            log.warning("%s: %s older than the FASTA: rebuilding", path, " and ".join(p.name for p in stale))
+            for p in stale:
+                p.unlink()
+        else:
+            log.warning("%s: %s older than the FASTA in a read-only folder: checking it against the file",
+                        path, " and ".join(p.name for p in stale))
+    faidx = _open_faidx(path, rebuild=writable)
+    problem = _index_problem(path, faidx, bgzf)
+    if problem is not None:
+        faidx.close()
+        fai = Path(str(path) + ".fai")
+        if not writable:
+            raise GenomeError(f"{fai} does not match {path} ({problem}), and the folder is read-only: rebuild the "
+                              f"index (`samtools faidx {path}`) or copy the FASTA to a writable folder")
+        log.warning("%s does not match %s (%s): rebuilding the index", fai, path, problem)
+        for p in [fai, Path(str(path) + ".gzi")] if bgzf else [fai]:
+            p.unlink(missing_ok=True)
+        faidx = _open_faidx(path)
+        problem = _index_problem(path, faidx, bgzf)
+        if problem is not None:
+            faidx.close()
+            raise GenomeError(f"{path}: an index rebuilt from the file still disagrees with it ({problem}); the "
+                              f"file is damaged")
+    lengths = {name: int(rec.rlen) for name, rec in faidx.index.items()}
+    handle = FastaHandle(path, lengths, bgzf)
+    handle._faidx, handle._pid = faidx, os.getpid()
+    return handle
+
+
+class FastaHandle:
+    """Random access to an indexed FASTA, with one pyfaidx handle per process (reopened after a fork)."""
+
+    def __init__(self, path: str | Path, lengths: dict[str, int], bgzf: bool):
+        self.path = Path(path)
+        self.lengths = dict(lengths)
+        self.bgzf = bgzf
+        self._faidx = None
+        self._pid: int | None = None
+
+    @property
+    def names(self) -> list[str]:
+        return list(self.lengths)
+
+    def resolve(self, name: str, where: str = "") -> str:
+        return resolve_chrom(name, self.names, where or str(self.path))
+
+    def length(self, chrom: str) -> int:
+        return self.lengths[self.resolve(chrom)]
+
+    def _handle(self):
+        if self._pid != os.getpid() or self._faidx is None:
+            self._faidx = _open_faidx(self.path, rebuild=False)  # the index was built by open_fasta
+            self._pid = os.getpid()
+        return self._faidx
+
+    def fetch(self, chrom: str, start: int, end: int) -> np.ndarray:
+        """Raw bytes (uint8, case kept) of chrom[start:end], 0-based half-open."""
+        length = self.lengths.get(chrom)
+        if length is None:
+            chrom = self.resolve(chrom)
+            length = self.lengths[chrom]
+        if not 0 <= start <= end <= length:
+            raise GenomeError(f"{self.path}: {chrom}:{start}-{end} is outside the chromosome (length {length:,})")
+        if start == end:
+            return np.zeros(0, dtype=np.uint8)
+        try:
+            seq = self._handle().fetch(chrom, start + 1, end)
+        except (UnicodeDecodeError, EOFError, OSError, zlib.error) as e:
+            raise GenomeError(f"{self.path}: reading {chrom}:{start}-{end} failed ({e})") from e
+        raw = np.frombuffer(str(seq).encode("latin-1"), dtype=np.uint8)
+        if len(raw) != end - start:
+            raise GenomeError(f"{self.path}: read {len(raw)} bases of {chrom}:{start}-{end}, expected "
+                              f"{end - start}; the file changed after it was indexed")
+        return raw
+
+    def sequence(self, chrom: str, start: int, end: int) -> str:
+        return self.fetch(chrom, start, end).tobytes().decode("ascii")
+
+    def close(self) -> None:
+        if self._faidx is not None and self._pid == os.getpid():
+            self._faidx.close()
+        self._faidx, self._pid = None, None
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state["_faidx"], state["_pid"] = None, None  # each process opens its own
+        return state
+
+    def __repr__(self) -> str:
+        return f"FastaHandle({str(self.path)!r}, {len(self.lengths)} sequences)"
+
+
+# ---------------------------------------------------------------------------------------------- tokens
+@dataclass
+class EncodedBases:
+    ids: np.ndarray  # (n,) int64 token ids
+    n_mask: np.ndarray  # (n,) bool, True where the base is N (or an IUPAC code read as N)
+    soft_mask: np.ndarray  # (n,) bool, True where the FASTA had lowercase
+    iupac: int  # IUPAC ambiguity codes among the n bases
+
+
+def encode_bases(raw: np.ndarray, tokenizer: NucleotideTokenizer, path: str | Path, chrom: str,
+                 start: int = 0) -> EncodedBases:
+    """Vectorized FASTA bytes -> ids; a byte that is no nucleotide fails naming file, record and position."""
+    ids = tokenizer.encode_bytes(raw)
+    bad = np.flatnonzero(ids < 0)
+    if bad.size:
+        i = int(bad[0])
+        raise GenomeError(f"{path}: record {chrom}, position {start + i + 1:,}: character {chr(raw[i])!r} is "
+                          f"not a nucleotide or IUPAC code ({bad.size} such characters in this stretch)")
+    return EncodedBases(ids=ids, n_mask=ids == tokenizer.n_id, soft_mask=_LOWER[raw],
+                        iupac=int(_IUPAC[raw].sum()))
+
+
+def report_iupac(path: str | Path, count: int, first: str, exact: bool) -> None:
+    """One log line per file and process: IUPAC codes are read as N."""
+    key = str(Path(path).resolve())
+    if count == 0 or key in _IUPAC_REPORTED:
+        return
+    _IUPAC_REPORTED.add(key)
+    if exact:
+        log.warning("%s: %d IUPAC ambiguity codes (first at %s) are read as N and not scored", path, count, first)
+    else:
+        log.warning("%s: IUPAC ambiguity codes (first at %s) are read as N and not scored; further ones are "
+                    "counted, not reported", path, first)
+
+
+def _first_iupac(raw: np.ndarray) -> int:
+    return int(np.flatnonzero(_IUPAC[raw])[0])
+
+
+def _read_fasta_bytes(path: Path) -> bytes:
+    if not path.is_file():
+        raise GenomeError(f"FASTA file {path} does not exist")
+    try:
+        if compression(path) == "plain":
+            return path.read_bytes()
+        with gzip.open(path, "rb") as f:
+            return f.read()
+    except EOFError as e:
+        raise GenomeError(f"{path} is truncated: the compressed stream ends early ({e})") from e
+    except (OSError, zlib.error) as e:
+        raise GenomeError(f"{path}: the compressed file is damaged ({e})") from e
+
+
+def read_fasta_records(path: str | Path) -> list[tuple[str, bytes]]:
+    """(name, sequence bytes without line breaks) for every record of a plain / gzip / bgzip FASTA."""
+    path = Path(path)
+    data = _read_fasta_bytes(path)
+    body = data.lstrip()
+    while body.startswith(b";"):  # old-style comment lines before the first record
+        body = body.split(b"\n", 1)[1].lstrip() if b"\n" in body else b""
+    if not body.startswith(b">"):
+        raise GenomeError(f"{path}: not a FASTA file (it must start with a '>' header line)")
+    records = []
+    for chunk in re.split(rb"(?:^|\n)>", body)[1:]:
+        header, _, seq = chunk.partition(b"\n")
+        fields = header.decode("latin-1").split()
+        if not fields:
+            raise GenomeError(f"{path}: record {len(records) + 1} has an empty header line")
+        records.append((fields[0], seq.translate(None, b"\r\n")))
+    return records
+
+
+def fasta_tokens(path: str | Path, tokenizer: NucleotideTokenizer,
+                 records: Sequence[str] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Every base of a FASTA file (plain, gzip or bgzip; no index needed) as one token stream.
+
+    Returns (ids int64 (n,), loss_mask bool (n,)): records are concatenated in file order (or in the order
+    of `records`, names matched up to chr / chrM-MT), lowercase is uppercased, IUPAC codes become N and
+    N is excluded from the loss. For zero-shot bits per base of any FASTA: score `ids` in blocks, counting
+    only positions where `loss_mask` is True.
+    """
+    path = Path(path)
+    found = read_fasta_records(path)
+    by_name = dict(found)
+    if len(by_name) != len(found):
+        raise GenomeError(f"{path}: record names are not unique")
+    names = [n for n, _ in found] if records is None else [resolve_chrom(r, list(by_name), str(path))
+                                                             for r in records]
+    ids_parts, iupac, first = [], 0, ""
+    for name in names:
+        raw = np.frombuffer(by_name[name], dtype=np.uint8)
+        enc = encode_bases(raw, tokenizer, path, name)
+        if enc.iupac and not first:
+            first = f"{name}:{_first_iupac(raw) + 1}"
+        iupac += enc.iupac
+        ids_parts.append(enc.ids)
+    ids = np.concatenate(ids_parts) if ids_parts else np.zeros(0, dtype=np.int64)
+    if ids.size == 0:
+        raise GenomeError(f"{path}: no bases")
+    report_iupac(path, iupac, first, exact=True)
+    loss_mask = ids != tokenizer.n_id
+    if not loss_mask.any():
+        raise GenomeError(f"{path}: every base is N; nothing to score")
+    return ids.astype(np.int64, copy=False), loss_mask
+
+
+# ---------------------------------------------------------------------------------------------- intervals
+@dataclass(frozen=True)
+class Interval:
+    """chrom[start:end] (0-based, half-open) assigned to one split."""
+
+    chrom: str
+    start: int
+    end: int
+    split: str = "train"
+
+    def __len__(self) -> int:
+        return self.end - self.start
+
+
+def read_bed(path: str | Path, fasta: FastaHandle | None = None, default_split: str | None = None) -> list[Interval]:
+    """Intervals of a BED file `chrom start end split` (tab or space separated; extra columns ignored).
+
+    Each line is checked (errors name file and line): integer coordinates, 0 <= start < end, a known split
+    (train / valid / test; validation, val, dev, training, testing are accepted). With `fasta`, names are
+    matched to the FASTA (chr20 = 20), intervals starting past the chromosome end are refused and those
+    ending past it are clipped (one warning for the file).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise GenomeError(f"BED file {path} does not exist")
+    opener = gzip.open if compression(path) != "plain" else open
+    try:
+        with opener(path, "rt") as f:
+            lines = f.read().splitlines()
+    except (EOFError, OSError, zlib.error, UnicodeDecodeError) as e:
+        raise GenomeError(f"{path}: cannot be read ({e})") from e
+    if default_split is not None and default_split not in SPLITS:
+        raise GenomeError(f"default_split={default_split!r}; choose one of {list(SPLITS)}")
+    out: list[Interval] = []
+    clipped: list[str] = []
+    for number, line in enumerate(lines, start=1):
+        text = line.strip()
+        if not text or text.startswith(("#", "track", "browser")):
+            continue
+        where = f"{path}, line {number}"
+        cols = text.split()
+        if len(cols) < 3 or (len(cols) < 4 and default_split is None):
+            raise GenomeError(f"{where}: expected `chrom start end split`, got {text!r}")
+        chrom, start_s, end_s = cols[:3]
+        try:
+            start, end = int(start_s), int(end_s)
+        except ValueError:
+            raise GenomeError(f"{where}: start and end must be integers, got {start_s!r} and {end_s!r}") from None
+        if len(cols) >= 4:
+            split = SPLIT_NAMES.get(cols[3].lower())
+            if split is None:
+                raise GenomeError(f"{where}: split {cols[3]!r} is unknown; use one of {list(SPLIT_NAMES)}")
+        else:
+            split = default_split
+        if start < 0:
+            raise GenomeError(f"{where}: start {start} is negative")
+        if end <= start:
+            kind = "empty" if end == start else "reversed"
+            raise GenomeError(f"{where}: {kind} interval {chrom}:{start}-{end} (BED is 0-based, end exclusive)")
+        if fasta is not None:
+            chrom = fasta.resolve(chrom, where)
+            length = fasta.lengths[chrom]
+            if start >= length:
+                raise GenomeError(f"{where}: {chrom}:{start}-{end} starts beyond the end of {chrom} "
+                                  f"(length {length:,})")
+            if end > length:
+                clipped.append(f"line {number} ({chrom}:{start}-{end})")
+                end = length
+        out.append(Interval(chrom, start, end, split))
+    if not out:
+        raise GenomeError(f"BED file {path} holds no intervals")
+    if clipped:
+        log.warning("%s: %d interval(s) ran past the chromosome end and were clipped to it: %s", path,
+                    len(clipped), ", ".join(clipped[:5]) + (" ..." if len(clipped) > 5 else ""))
+    overlaps = _cross_split_overlaps(out)
+    if overlaps:
+        log.warning("%s: %d pair(s) of intervals of different splits overlap (first: %s)", path, len(overlaps),
+                    overlaps[0])
+    return out
+
+
+def _cross_split_overlaps(intervals: Iterable[Interval]) -> list[str]:
+    found = []
+    by_chrom: dict[str, list[Interval]] = {}
+    for iv in intervals:
+        by_chrom.setdefault(iv.chrom, []).append(iv)
+    for ivs in by_chrom.values():
+        ivs.sort(key=lambda iv: iv.start)
+        reach: Interval | None = None
+        for iv in ivs:
+            if reach is not None and iv.start < reach.end and iv.split != reach.split:
+                found.append(f"{reach.chrom}:{reach.start}-{reach.end} {reach.split} / {iv.start}-{iv.end} {iv.split}")
+            if reach is None or iv.end > reach.end:
+                reach = iv
+    return found
+
+
+def split_by_chromosome(fasta: FastaHandle, valid: Sequence[str], test: Sequence[str],
+                        train: Sequence[str] | None = None) -> list[Interval]:
+    """Whole chromosomes per split. `train=None`: every nuclear human chromosome (1-22, X, Y) not held out,
+    or every record not held out when the FASTA has none of those names (no chrM, _random, chrUn ...)."""
+    valid_c = [fasta.resolve(c, "valid chromosomes") for c in valid]
+    test_c = [fasta.resolve(c, "test chromosomes") for c in test]
+    held = set(valid_c) | set(test_c)
+    if set(valid_c) & set(test_c):
+        raise GenomeError(f"chromosomes {sorted(set(valid_c) & set(test_c))} are both valid and test")
+    if train is None:
+        primary = [n for n in fasta.names if canonical_chrom(n) in HUMAN_PRIMARY]
+        train_c = [n for n in (primary or fasta.names) if n not in held]
+    else:
+        train_c = [fasta.resolve(c, "train chromosomes") for c in train]
+        both = sorted(set(train_c) & held)
+        if both:
+            raise GenomeError(f"chromosomes {both} are both in training and held out")
+    if not train_c:
+        raise GenomeError(f"{fasta.path}: no chromosome is left for training")
+    return [Interval(c, 0, fasta.lengths[c], split)
+            for split, chroms in (("train", train_c), ("valid", valid_c), ("test", test_c)) for c in chroms]
+
+
+def block_n_fractions(fasta: FastaHandle, chrom: str, block_size: int,
+                      tokenizer: NucleotideTokenizer | None = None) -> np.ndarray:
+    """Fraction of N (IUPAC codes included) in each block of `block_size` bases of `chrom` (last may be short)."""
+    tokenizer = tokenizer or NucleotideTokenizer()
+    length = fasta.lengths[chrom]
+    fractions = np.zeros(math.ceil(length / block_size))
+    iupac, first = 0, ""
+    chunk = max(block_size, (1 << 22) // block_size * block_size)  # whole blocks per read, ~4 Mb
+    for start in range(0, length, chunk):
+        raw = fasta.fetch(chrom, start, min(length, start + chunk))
+        enc = encode_bases(raw, tokenizer, fasta.path, chrom, start)
+        if enc.iupac and not first:
+            first = f"{chrom}:{start + _first_iupac(raw) + 1}"
+        iupac += enc.iupac
+        b0 = start // block_size
+        n = np.add.reduceat(enc.n_mask, np.arange(0, len(raw), block_size))
+        sizes = np.diff(np.append(np.arange(0, len(raw), block_size), len(raw)))
+        fractions[b0: b0 + len(n)] = n / sizes
+    report_iupac(fasta.path, iupac, first, exact=False)
+    return fractions
+
+
+def enforce_gap(intervals: Sequence[Interval], gap: int) -> list[Interval]:
+    """Trim intervals so that two of different splits on a chromosome are >= `gap` bases apart (the
+    training side is trimmed when there is one); intervals trimmed to nothing are dropped."""
+    out = sorted(intervals, key=lambda iv: (iv.chrom, iv.start))
+    changed = True
+    while changed:
+        changed = False
+        for i in range(len(out) - 1):
+            a, b = out[i], out[i + 1]
+            if a.chrom != b.chrom or a.split == b.split or b.start - a.end >= gap:
+                continue
+            need = gap - (b.start - a.end)
+            if a.split == "train" or b.split != "train":
+                out[i] = Interval(a.chrom, a.start, a.end - need, a.split)
+            else:
+                out[i + 1] = Interval(b.chrom, b.start + need, b.end, b.split)
+            out = [iv for iv in out if len(iv) > 0]
+            changed = True
+            break
+    return out
+
+
+def split_by_blocks(fasta: FastaHandle, chrom: str, block_size: int, valid_fraction: float, test_fraction: float,
+                    gap: int, seed: int = 0, max_block_n_fraction: float = 0.5) -> list[Interval]:
+    """Held-out blocks of one chromosome: blocks of `block_size` bases with more than
+    `max_block_n_fraction` N (telomeres, centromere, gaps) are dropped, the rest are assigned to valid /
+    test / train at random (seeded), neighbours of one split are merged, and splits are kept `gap` apart."""
+    chrom = fasta.resolve(chrom)
+    if gap < 0:
+        raise GenomeError(f"gap must be >= 0, got {gap}")
+    fractions = block_n_fractions(fasta, chrom, block_size)
+    kept = np.flatnonzero(fractions <= max_block_n_fraction)
+    n_valid = max(1, round(valid_fraction * len(kept))) if valid_fraction > 0 else 0
+    n_test = max(1, round(test_fraction * len(kept))) if test_fraction > 0 else 0
+    if n_valid + n_test >= len(kept):
+        raise GenomeError(f"{fasta.path}: {chrom} has {len(kept)} usable blocks of {block_size:,} bases, too few "
+                          f"for {n_valid} valid + {n_test} test blocks and training; use a smaller block_size")
+    order = np.random.default_rng(seed).permutation(kept)
+    split_of = {int(b): "train" for b in kept}
+    split_of.update({int(b): "valid" for b in order[:n_valid]})
+    split_of.update({int(b): "test" for b in order[n_valid: n_valid + n_test]})
+    length = fasta.lengths[chrom]
+    merged: list[Interval] = []
+    for b in sorted(split_of):
+        start, end, split = b * block_size, min(length, (b + 1) * block_size), split_of[b]
+        last = merged[-1] if merged else None
+        if last is not None and last.split == split and last.end == start:
+            merged[-1] = Interval(chrom, last.start, end, split)
+        else:
+            merged.append(Interval(chrom, start, end, split))
+    out = enforce_gap(merged, gap)
+    wanted = {"train": True, "valid": valid_fraction > 0, "test": test_fraction > 0}
+    for split in SPLITS:
+        if wanted[split] and not any(iv.split == split for iv in out):
+            raise GenomeError(f"{chrom}: no {split} block is left after keeping a gap of {gap} bases between "
+                              f"splits; use a larger block_size")
+    return out
+
+
+def summarize(intervals: Iterable[Interval]) -> dict[str, dict[str, int]]:
+    """{split: {"intervals": n, "bases": total}} for logs and reports."""
+    out = {s: {"intervals": 0, "bases": 0} for s in SPLITS}
+    for iv in intervals:
+        out[iv.split]["intervals"] += 1
+        out[iv.split]["bases"] += len(iv)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- windows
+class RandomGenomeWindows(IterableDataset):
+    """Endless step-indexed batches of random windows inside intervals: batch k depends only on (seed, k).
+
+    Yields {"input_ids": (B, L) long, "loss_mask": (B, L) bool [, "soft_mask": (B, L) bool]}.
+    """
+
+    def __init__(self, fasta: FastaHandle, intervals: Sequence[Interval], seq_len: int, batch_size: int,
+                 tokenizer: NucleotideTokenizer, seed: int, start_step: int = 0, max_n_fraction: float = 0.1,
+                 rc_augment: bool = True, keep_soft_mask: bool = False, max_draws: int = 1000):
+        usable = [iv for iv in intervals if len(iv) >= seq_len]
+        if not usable:
+            raise GenomeError(f"{fasta.path}: no training interval is at least data.seq_len={seq_len} bases long")
+        self.fasta, self.tokenizer = fasta, tokenizer
+        self.seq_len, self.batch_size, self.seed, self.start_step = seq_len, batch_size, seed, start_step
+        self.max_n, self.rc_augment, self.keep_soft_mask = max_n_fraction, rc_augment, keep_soft_mask
+        self.max_draws = max_draws
+        self.chroms = [iv.chrom for iv in usable]
+        self.starts = np.array([iv.start for iv in usable], dtype=np.int64)
+        counts = np.array([len(iv) - seq_len + 1 for iv in usable], dtype=np.int64)  # valid starts per interval
+        self.cum = np.cumsum(counts)  # window p lies in interval searchsorted(cum, p, "right")
+        self.total = int(self.cum[-1])
+        self.iupac_count = 0
+        self.complement = tokenizer.complement_ids.numpy()
+
+    def window(self, p: int) -> tuple[str, int]:
+        """The p-th of all valid windows, p in [0, total): (chrom, start)."""
+        i = int(np.searchsorted(self.cum, p, side="right"))
+        before = int(self.cum[i - 1]) if i else 0
+        return self.chroms[i], int(self.starts[i]) + p - before
+
+    def draw(self, g: torch.Generator) -> tuple[str, int, np.ndarray, EncodedBases]:
+        limit = self.max_n * self.seq_len
+        for _ in range(self.max_draws):
+            u = torch.rand((), dtype=torch.float64, generator=g).item()
+            chrom, start = self.window(min(int(u * self.total), self.total - 1))
+            raw = self.fasta.fetch(chrom, start, start + self.seq_len)
+            enc = encode_bases(raw, self.tokenizer, self.fasta.path, chrom, start)
+            if enc.n_mask.sum() <= limit:
+                return chrom, start, raw, enc
+        raise GenomeError(f"{self.fasta.path}: {self.max_draws} random windows in a row had more than "
+                          f"{self.max_n:.0%} N; the intervals are mostly N (raise data.max_n_fraction or fix them)")
+
+    def batch_at(self, step: int) -> dict[str, torch.Tensor]:
+        g = step_generator(self.seed, step)
+        flip = (torch.rand(self.batch_size, generator=g) < 0.5).tolist()  # drawn even without augmentation
+        complement = self.complement
+        ids, loss_mask, soft = [], [], []
+        for b in range(self.batch_size):
+            chrom, start, raw, enc = self.draw(g)
+            if enc.iupac:
+                report_iupac(self.fasta.path, enc.iupac, f"{chrom}:{start + _first_iupac(raw) + 1}", exact=False)
+                self.iupac_count += enc.iupac
+            row_ids, row_scored, row_soft = enc.ids, ~enc.n_mask, enc.soft_mask
+            if self.rc_augment and flip[b]:  # reverse complement (numpy: torch indexing is slow on CPU)
+                row_ids, row_scored, row_soft = complement[row_ids][::-1], row_scored[::-1], row_soft[::-1]
+            ids.append(row_ids)
+            loss_mask.append(row_scored)
+            soft.append(row_soft)
+        batch = {"input_ids": torch.from_numpy(np.stack(ids)),  # (B, L) long
+                 "loss_mask": torch.from_numpy(np.stack(loss_mask))}  # (B, L) bool, False at N
+        if self.keep_soft_mask:
+            batch["soft_mask"] = torch.from_numpy(np.stack(soft))  # (B, L) bool, True where lowercase
+        return batch
+
+    def __iter__(self):
+        info = get_worker_info()
+        worker, workers = (info.id, info.num_workers) if info else (0, 1)
+        step = self.start_step + worker  # workers take turns; the DataLoader interleaves them in order
+        while True:
+            yield self.batch_at(step)
+            step += workers
+
+
+class TiledGenomeWindows(Dataset):
+    """Consecutive windows of `seq_len` covering each interval once (the last one of an interval padded);
+    windows with more than `max_n_fraction` N are skipped. Items: input_ids, attention_mask, loss_mask
+    [, soft_mask], each (L,)."""
+
+    def __init__(self, fasta: FastaHandle, intervals: Sequence[Interval], seq_len: int,
+                 tokenizer: NucleotideTokenizer, max_n_fraction: float = 0.1, keep_soft_mask: bool = False):
+        self.fasta, self.tokenizer, self.seq_len = fasta, tokenizer, seq_len
+        self.keep_soft_mask = keep_soft_mask
+        tiles, skipped, scored = [], 0, 0
+        chunk = max(1, (1 << 22) // seq_len) * seq_len
+        for iv in intervals:
+            for c0 in range(iv.start, iv.end, chunk):
+                c1 = min(iv.end, c0 + chunk)
+                raw = fasta.fetch(iv.chrom, c0, c1)
+                enc = encode_bases(raw, tokenizer, fasta.path, iv.chrom, c0)
+                if enc.iupac:
+                    report_iupac(fasta.path, enc.iupac, f"{iv.chrom}:{c0 + _first_iupac(raw) + 1}", exact=False)
+                offsets = np.arange(0, c1 - c0, seq_len)
+                n = np.add.reduceat(enc.n_mask, offsets)
+                sizes = np.minimum(seq_len, (c1 - c0) - offsets)
+                keep = n <= max_n_fraction * sizes
+                skipped += int((~keep).sum())
+                scored += int((sizes - n)[keep].sum())
+                tiles += [(iv.chrom, c0 + int(o), int(s)) for o, s in zip(offsets[keep], sizes[keep])]
+        self.tiles = tiles
+        self.skipped, self.scored_bases = skipped, scored
+        if skipped:
+            log.info("%s: %d of %d evaluation windows skipped (more than %.0f%% N)", fasta.path, skipped,
+                     skipped + len(tiles), 100 * max_n_fraction)
+
+    def __len__(self) -> int:
+        return len(self.tiles)
+
+    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
+        chrom, start, size = self.tiles[i]
+        raw = self.fasta.fetch(chrom, start, start + size)
+        enc = encode_bases(raw, self.tokenizer, self.fasta.path, chrom, start)
+        pad = self.seq_len - size
+        ids = torch.from_numpy(np.pad(enc.ids, (0, pad), constant_values=self.tokenizer.pad_id))
+        attention_mask = torch.arange(self.seq_len) < size
+        item = {"input_ids": ids, "attention_mask": attention_mask,
+                "loss_mask": torch.from_numpy(np.pad(~enc.n_mask, (0, pad)))}
+        if self.keep_soft_mask:
+            item["soft_mask"] = torch.from_numpy(np.pad(enc.soft_mask, (0, pad)))
+        return item
