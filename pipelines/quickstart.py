@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import shutil
 import sys
 import time
@@ -22,6 +23,7 @@ import torch
 from seqdiff.checkpoint import load_checkpoint, read_checkpoint
 from seqdiff.config import DataConfig, MethodConfig, ModelConfig, RunConfig, SampleConfig, TrainConfig
 from seqdiff.data.text import split_path, tokenize_file
+from seqdiff.data.text_files import load_manifest
 from seqdiff.evaluation.generate import generate, write_atomically
 from seqdiff.evaluation.likelihood import evaluate_tokens
 from seqdiff.training.run import LAST_CHECKPOINT, train
@@ -68,8 +70,10 @@ def _loss_curves(run_dirs: dict[str, Path], out: Path) -> None:
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     for method, run_dir in run_dirs.items():
         df = pd.read_csv(run_dir / "logs" / "metrics.csv")
-        tr = df[df["train/bits_per_token"].notna()]
-        axes[0].plot(tr["step"], tr["train/bits_per_token"], label=f"{method} (train, one draw per step)", alpha=0.8)
+        if "train/bits_per_token" in df:
+            tr = df[df["train/bits_per_token"].notna()]
+            axes[0].plot(tr["step"], tr["train/bits_per_token"], label=f"{method} (train, one draw per step)",
+                         alpha=0.8)
         if "val/bits_per_token" in df:
             va = df[df["val/bits_per_token"].notna()]
             axes[1].plot(va["step"], va["val/bits_per_token"], marker="o", label=f"{method} (valid)")
@@ -94,22 +98,23 @@ def run_quickstart(out_dir: str | Path = "reports/quickstart", run_root: str | P
             raise ValueError(f"--max-steps must be >= 1, got {max_steps}")
         base = dataclasses.replace(base, train=dataclasses.replace(
             base.train, max_steps=max_steps, warmup_steps=min(base.train.warmup_steps, max_steps),
-            val_every=min(base.train.val_every, max_steps),
+            val_every=min(base.train.val_every, max_steps), log_every=min(base.train.log_every, max_steps),
             checkpoint_every=min(base.train.checkpoint_every, max_steps)))
     if overwrite and run_root.exists():
         shutil.rmtree(run_root)
     torch.set_float32_matmul_precision("high")
     start = time.perf_counter()
     results: dict = {"command": "seqdiff quickstart" + (f" --max-steps {max_steps}" if max_steps else ""),
-                     "config": dataclasses.asdict(base), "torch_threads": torch.get_num_threads(), "models": {}}
+                     "config": dataclasses.asdict(base), "torch_threads": torch.get_num_threads(),
+                     "cpu_count": os.cpu_count(), "load_average_at_start": os.getloadavg()[0], "models": {}}
     run_dirs = {}
     for method in METHODS:
         config = dataclasses.replace(base, name=f"quickstart-{method}",
                                      method=dataclasses.replace(base.method, name=method))
         run_dirs[method] = run_root / method
-        t0 = time.perf_counter()
         _train_or_reuse(config, run_dirs[method])
-        train_seconds = time.perf_counter() - t0
+        timing = run_dirs[method] / "timing.json"  # written by train(), summed over resumes
+        train_seconds = json.loads(timing.read_text())["train_seconds"] if timing.is_file() else float("nan")
 
         model = load_checkpoint(run_dirs[method])
         test_path = split_path(config.data, "test")
@@ -158,17 +163,24 @@ def _table(results: dict) -> str:
     return "\n".join(rows)
 
 
+def _works(split: str) -> str:
+    works = load_manifest("shakespeare")["splits"][split]["works"]
+    return ", ".join(w["name"] if isinstance(w, dict) else str(w) for w in works)
+
+
 def _summary(results: dict) -> str:
     cfg = results["config"]
     m = results["models"]["mdlm"]
     lines = [
         "# Quickstart: MDLM vs AR on Shakespeare (character level, offline)",
         "",
-        f"Made by `{results['command']}` in {results['total_seconds']:.0f} s "
-        f"({results['torch_threads']} torch threads). Numbers below come from that run (`results.json`).",
+        f"Made by `{results['command']}` in {results['total_seconds']:.0f} s of wall-clock time "
+        f"({results['torch_threads']} torch threads on {results['cpu_count']} cores, load average "
+        f"{results['load_average_at_start']:.1f} at the start: timings depend on what else the machine runs). "
+        "Numbers below come from that run (`results.json`); training seconds are summed over resumes.",
         "",
-        f"Data: the Shakespeare slice shipped with seqdiff, split by whole plays (test: {Path(m['test_file']).name}, "
-        "an unseen play), lowercased to the text8 alphabet (a-z and space).",
+        f"Data: the Shakespeare slice shipped with seqdiff, split by whole plays (train: {_works('train')}; "
+        f"valid: {_works('valid')}; test: {_works('test')}), lowercased to the text8 alphabet (a-z and space).",
         f"Both models: DiT backbone {cfg['model']['hidden_size']} wide, {cfg['model']['n_layers']} layers, "
         f"{cfg['model']['n_heads']} heads, blocks of {cfg['data']['seq_len']} characters, batch "
         f"{cfg['data']['batch_size']}, {m['steps']} steps ({m['tokens_seen']:,} training tokens each), AdamW "

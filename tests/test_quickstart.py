@@ -1,0 +1,26 @@
+import json
+
+from seqdiff.cli import main
+
+
+def test_quickstart_end_to_end_and_reuse(tmp_path, capsys, monkeypatch):
+    import pipelines.quickstart as qs
+
+    monkeypatch.setattr(qs, "NUM_T_SAMPLES", 1)  # the full test play is still scored, once
+    out, runs = tmp_path / "report", tmp_path / "runs"
+    args = ["quickstart", "--max-steps", "2", "--out", str(out), "--run-dir", str(runs)]
+    assert main(args) == 0
+    results = json.loads((out / "results.json").read_text())
+    for method in ("mdlm", "ar"):
+        r = results["models"][method]
+        assert r["steps"] == 2 and r["bits_per_character"] > 0 and len(r["samples"]) == 4
+        assert r["train_seconds"] > 0
+    assert results["models"]["mdlm"]["bound"] and not results["models"]["ar"]["bound"]
+    assert results["models"]["mdlm"]["sampler"] == "cached"
+    summary = (out / "summary.md").read_text()
+    assert "romeo_and_juliet" in summary and "| MDLM |" in summary and "| AR |" in summary
+    assert (out / "loss_curves.png").stat().st_size > 1000
+    assert "| MDLM |" in capsys.readouterr().out
+    # a later call reuses finished runs instead of training again
+    assert qs._run_state(runs / "mdlm", 2) == "done" and qs._run_state(runs / "mdlm", 3) == "partial"
+    assert qs._run_state(tmp_path / "nothing", 2) == "new"
