@@ -1,8 +1,19 @@
 """Load what `eval`, `sample` and the benchmarks need from a checkpoint: backbone (EMA weights by
-default), method, tokenizer and configs. Accepts a `.ckpt` file or a run directory."""
+default), method, tokenizer and configs.
+
+Accepts a `.ckpt` file, a run directory, or a directory written by `seqdiff export` (config.json +
+model.safetensors + tokenizer_config.json; read here without transformers).
+
+A `last.ckpt` that cannot be read (truncated, corrupted) is not fatal: `latest_readable_checkpoint` falls
+back to the newest readable `step*.ckpt` in the same folder and says so on stderr. `eval`, `sample`,
+`export` and `train --resume` all go through it.
+"""
 
 from __future__ import annotations
 
+import json
+import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -11,11 +22,16 @@ import torch
 from torch import nn
 
 from seqdiff.backbones import build_backbone
-from seqdiff.config import DataConfig, MethodConfig, ModelConfig, from_dict
-from seqdiff.methods import Method, build_method
-from seqdiff.tokenizers import Tokenizer, tokenizer_from_dict
+from seqdiff.config import ConfigError, DataConfig, MethodConfig, ModelConfig, from_dict
+from seqdiff.methods import METHODS, Method, build_method
+from seqdiff.tokenizers import Tokenizer, load_tokenizer, tokenizer_from_dict
 
 LAST_CHECKPOINT = Path("checkpoints") / "last.ckpt"
+EXPORT_CONFIG = "config.json"
+"""The config file of an exported directory (a transformers config, model_type "seqdiff")."""
+EXPORT_WEIGHTS = "model.safetensors"
+"""The weights file of an exported directory: the backbone's state dict, keys prefixed with "backbone."."""
+EXPORT_MODEL_TYPE = "seqdiff"
 
 
 class CheckpointError(ValueError):
@@ -36,16 +52,71 @@ class LoadedModel:
     ema: bool
 
 
+def is_exported_dir(path: str | Path) -> bool:
+    """Whether `path` is a directory written by `seqdiff export` (config.json + model.safetensors)."""
+    path = Path(path)
+    return path.is_dir() and (path / EXPORT_CONFIG).is_file() and (path / EXPORT_WEIGHTS).is_file()
+
+
+def step_checkpoints(folder: Path) -> list[Path]:
+    """The `step*.ckpt` files of a checkpoint folder, newest (highest step) first."""
+    def key(p: Path) -> tuple[int, float]:
+        m = re.fullmatch(r"step[=_-]?(\d+)(?:-v\d+)?\.ckpt", p.name)
+        try:
+            mtime = p.stat().st_mtime
+        except OSError:  # removed meanwhile (a running training keeps only the newest)
+            mtime = 0.0
+        return (int(m.group(1)) if m else -1, mtime)
+
+    return sorted(folder.glob("step*.ckpt"), key=key, reverse=True)
+
+
 def resolve_checkpoint_path(path: str | Path) -> Path:
+    """A .ckpt file, or the last.ckpt of a run directory (which may be missing if step*.ckpt files exist)."""
     path = Path(path)
     if path.is_dir():
         candidate = path / LAST_CHECKPOINT
-        if not candidate.is_file():
-            raise CheckpointError(f"{path} is a directory without {LAST_CHECKPOINT}: not a seqdiff run directory")
+        if not candidate.is_file() and not step_checkpoints(candidate.parent):
+            raise CheckpointError(f"{path} is a directory without {LAST_CHECKPOINT}: not a seqdiff run directory "
+                                  f"(nor a model exported by `seqdiff export`: no {EXPORT_CONFIG} + {EXPORT_WEIGHTS})")
         return candidate
     if not path.is_file():
         raise CheckpointError(f"checkpoint {path} does not exist")
     return path
+
+
+def _notify(message: str) -> None:
+    print(f"seqdiff: {message}", file=sys.stderr, flush=True)
+
+
+def latest_readable_checkpoint(last: str | Path) -> tuple[Path, dict[str, Any]]:
+    """(path, contents) of `last` when it reads; else of the newest readable step*.ckpt beside it.
+
+    A fallback is announced on stderr, naming the unreadable file and the one used instead. Raises
+    CheckpointError when nothing in the folder can be read.
+    """
+    last = Path(last)
+    try:
+        return last, read_checkpoint(last)
+    except CheckpointError as e:
+        if not last.exists():
+            error = f"{last} does not exist"
+        else:
+            error = str(e).splitlines()[0][:300]
+    skipped = []
+    for candidate in step_checkpoints(last.parent):
+        if candidate == last:
+            continue
+        try:
+            ckpt = read_checkpoint(candidate)
+        except CheckpointError:
+            skipped.append(candidate.name)
+            continue
+        also = f" (also unreadable: {', '.join(skipped)})" if skipped else ""
+        _notify(f"{error}; falling back to {candidate} (step {ckpt.get('global_step', '?')}){also}")
+        return candidate, ckpt
+    tried = f"; step checkpoints tried: {', '.join(skipped)}" if skipped else "; no step*.ckpt beside it"
+    raise CheckpointError(f"{error}{tried}")
 
 
 def read_checkpoint(path: Path) -> dict[str, Any]:
@@ -60,9 +131,24 @@ def read_checkpoint(path: Path) -> dict[str, Any]:
 
 def load_checkpoint(path: str | Path, device: str | torch.device = "cpu", use_ema: bool = True,
                     tokenizer: Tokenizer | None = None) -> LoadedModel:
-    """Rebuild the model of a checkpoint. A `tokenizer` given here must match the checkpoint's vocabulary."""
+    """Rebuild the model of a checkpoint, run directory or exported directory.
+
+    A `tokenizer` given here must match the checkpoint's vocabulary. An exported directory holds one set of
+    weights (EMA unless exported with --no-ema); `use_ema` does not apply to it.
+    """
+    if is_exported_dir(path):
+        return load_exported(path, device=device, tokenizer=tokenizer)
     path = resolve_checkpoint_path(path)
-    ckpt = read_checkpoint(path)
+    if path.name == LAST_CHECKPOINT.name:
+        path, ckpt = latest_readable_checkpoint(path)
+    else:
+        ckpt = read_checkpoint(path)
+    return model_from_checkpoint(ckpt, path, device=device, use_ema=use_ema, tokenizer=tokenizer)
+
+
+def model_from_checkpoint(ckpt: dict[str, Any], path: Path, device: str | torch.device = "cpu",
+                          use_ema: bool = True, tokenizer: Tokenizer | None = None) -> LoadedModel:
+    """Rebuild the model from the contents of a checkpoint already read (see `read_checkpoint`)."""
     hp = ckpt["hyper_parameters"]
     try:
         model_config = from_dict(ModelConfig, hp["model"])
@@ -79,6 +165,14 @@ def load_checkpoint(path: str | Path, device: str | torch.device = "cpu", use_em
     ema = use_ema and "ema_state_dict" in ckpt
     if ema:
         weights.update(ckpt["ema_state_dict"])
+    _load_weights(backbone, weights, path, tokenizer)
+    backbone.to(device).eval()
+    return LoadedModel(backbone=backbone, method=method, tokenizer=tokenizer, model_config=model_config,
+                       method_config=method_config, data_config=data_config, seq_len=int(hp["seq_len"]),
+                       step=int(ckpt.get("global_step", 0)), path=path, ema=ema)
+
+
+def _load_weights(backbone: nn.Module, weights: dict[str, torch.Tensor], path: Path, tokenizer: Tokenizer) -> None:
     expected = backbone.state_dict()
     for name, tensor in weights.items():
         if name in expected and expected[name].shape != tensor.shape:
@@ -89,7 +183,61 @@ def load_checkpoint(path: str | Path, device: str | torch.device = "cpu", use_em
     missing, unexpected = backbone.load_state_dict(weights, strict=False)
     if missing or unexpected:
         raise CheckpointError(f"checkpoint {path}: missing weights {missing[:5]}, unexpected {unexpected[:5]}")
+
+
+def read_export_config(path: str | Path) -> dict[str, Any]:
+    """config.json of an exported directory, checked: seqdiff's model type and a method this seqdiff knows."""
+    file = Path(path) / EXPORT_CONFIG
+    try:
+        config = json.loads(file.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise CheckpointError(f"{file} cannot be read as JSON: {e}") from e
+    if not isinstance(config, dict) or config.get("model_type") != EXPORT_MODEL_TYPE:
+        found = config.get("model_type") if isinstance(config, dict) else None
+        raise CheckpointError(f"{file} has model_type {found!r}, not {EXPORT_MODEL_TYPE!r}: not a model exported "
+                              f"by `seqdiff export`")
+    for key in ("model", "method", "tokenizer"):
+        if not isinstance(config.get(key), dict):
+            raise CheckpointError(f"{file} lacks the {key!r} section of a seqdiff export")
+    name = config["method"].get("name")
+    if name not in METHODS:
+        raise CheckpointError(f"{file} names method {name!r}, which this seqdiff does not know; "
+                              f"allowed methods: {sorted(METHODS)}")
+    return config
+
+
+def load_exported(path: str | Path, device: str | torch.device = "cpu",
+                  tokenizer: Tokenizer | None = None) -> LoadedModel:
+    """Rebuild a model from a directory written by `seqdiff export` (no transformers needed)."""
+    path = Path(path)
+    config = read_export_config(path)
+    try:
+        model_config = from_dict(ModelConfig, config["model"])
+        method_config = from_dict(MethodConfig, config["method"])
+        data_config = from_dict(DataConfig, config["data"]) if config.get("data") else None
+    except ConfigError as e:
+        raise CheckpointError(f"{path / EXPORT_CONFIG}: {e}") from e
+    saved_tokenizer = load_tokenizer(path)
+    keys = ("vocab_size", "bos_id", "eos_id", "pad_id", "mask_id")
+    summary = {k: config["tokenizer"].get(k) for k in keys}
+    actual = {k: getattr(saved_tokenizer, k) for k in keys}
+    if config["tokenizer"].get("kind") != saved_tokenizer.kind or actual != summary:
+        raise CheckpointError(f"{path}: tokenizer_config.json ({saved_tokenizer.kind}, {actual}) does not match "
+                              f"the tokenizer recorded in {EXPORT_CONFIG} ({config['tokenizer']})")
+    tokenizer = tokenizer or saved_tokenizer
+    method = build_method(method_config, tokenizer)
+    backbone = build_backbone(model_config, tokenizer.vocab_size, causal=method.causal)
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    try:
+        tensors = load_file(str(path / EXPORT_WEIGHTS))
+    except (OSError, SafetensorError) as e:
+        raise CheckpointError(f"{path / EXPORT_WEIGHTS} cannot be read: {e}") from e
+    weights = {k.removeprefix("backbone."): v for k, v in tensors.items()}
+    _load_weights(backbone, weights, path / EXPORT_WEIGHTS, tokenizer)
     backbone.to(device).eval()
     return LoadedModel(backbone=backbone, method=method, tokenizer=tokenizer, model_config=model_config,
-                       method_config=method_config, data_config=data_config, seq_len=int(hp["seq_len"]),
-                       step=int(ckpt.get("global_step", 0)), path=path, ema=ema)
+                       method_config=method_config, data_config=data_config, seq_len=int(config.get("seq_len", 0)),
+                       step=int(config.get("step", 0)), path=path / EXPORT_WEIGHTS,
+                       ema=bool(config.get("ema_weights", False)))

@@ -34,12 +34,13 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from seqdiff.data.fetch import FetchError
     from seqdiff.data.genome import GenomeError
     from seqdiff.data.text_files import DataFileError
+    from seqdiff.hf.export import ExportError
     from seqdiff.samplers import SamplerError
     from seqdiff.tokenizers import TokenizerError
     from seqdiff.training.run import RunError
 
     return (ConfigError, DataFileError, CheckpointError, SamplerError, TokenizerError, RunError, FetchError,
-            GenomeError)
+            GenomeError, ExportError)
 
 
 # ---------------------------------------------------------------------------------------------- train
@@ -130,6 +131,16 @@ def cmd_sample(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---------------------------------------------------------------------------------------------- export
+def cmd_export(args: argparse.Namespace) -> int:
+    from seqdiff.hf.export import export_checkpoint
+
+    out = export_checkpoint(args.checkpoint, args.out_dir, use_ema=not args.no_ema, overwrite=args.overwrite)
+    print(f"exported: {out} (load with seqdiff, or with transformers' AutoModelForMaskedLM / AutoModelForCausalLM "
+          f"after seqdiff.hf.register_auto_classes(), or with trust_remote_code=True)")
+    return 0
+
+
 # ---------------------------------------------------------------------------------------------- others
 def cmd_quickstart(args: argparse.Namespace) -> int:
     from pipelines.quickstart import run_quickstart
@@ -214,6 +225,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=["auto", "text", "fasta"], default="auto")
     p.add_argument("--out", help="write samples to this file instead of stdout")
     p.set_defaults(func=cmd_sample)
+
+    p = sub.add_parser("export", help="write a checkpoint as a Hugging Face model directory (config.json, "
+                                      "model.safetensors, tokenizer files)")
+    p.add_argument("checkpoint", help="a .ckpt file or a run directory")
+    p.add_argument("out_dir", help="the directory to write (must not exist or be empty, unless --overwrite)")
+    p.add_argument("--no-ema", action="store_true", help="export the raw weights instead of the EMA weights")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing output directory")
+    p.set_defaults(func=cmd_export)
 
     p = sub.add_parser("quickstart", help="train MDLM and AR on the shipped Shakespeare slice, offline")
     p.add_argument("--out", default="reports/quickstart", help="report folder")

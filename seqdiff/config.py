@@ -74,21 +74,33 @@ class ModelConfig:
 @dataclass
 class MethodConfig:
     name: str = "mdlm"
-    """Method registry key (see seqdiff.methods.METHODS): mdlm or ar."""
+    """Method registry key (see seqdiff.methods.METHODS): mdlm, ar, sedd or d3pm."""
     schedule: str = "loglinear"
     """Noise schedule for diffusion methods (see seqdiff.schedules.SCHEDULES)."""
     time_sampling: Literal["antithetic", "uniform"] = "antithetic"
     """How training times are drawn: antithetic (one per stratum, lower variance) or i.i.d. uniform."""
     num_timesteps: int = 0
-    """0 trains and evaluates the continuous-time NELBO; T > 0 uses the discrete-time NELBO with T steps."""
+    """0: continuous-time NELBO; T > 0: the discrete-time NELBO with T steps (d3pm is discrete: 0 means 1000)."""
     t_min: float = 1e-3
     """Times are drawn in [t_min, 1] (variance diverges at 0); the bound omits a share 1 - alpha(t_min)."""
+    subs: bool | None = None
+    """mdlm, d3pm: SUBS (zero MASK probability + carry-over) on or off; null = on for mdlm, off for d3pm."""
+    graph: Literal["absorbing", "uniform"] = "absorbing"
+    """sedd: transition graph, absorbing (into MASK) or uniform (over every id but MASK and PAD)."""
+    scale_by_sigma: bool = True
+    """sedd, absorbing graph: shift log-scores by -log((V - 1) expm1(sigma)) so they start at the right scale."""
 
     def __post_init__(self) -> None:
         if self.num_timesteps < 0:
             raise ConfigError(f"method.num_timesteps must be >= 0, got {self.num_timesteps}")
         if not 0 <= self.t_min < 1:
             raise ConfigError(f"method.t_min must lie in [0, 1), got {self.t_min}")
+        if self.subs is not None and not isinstance(self.subs, bool):
+            raise ConfigError(f"method.subs must be true, false or null (the method's default), got {self.subs!r}")
+        if self.graph not in ("absorbing", "uniform"):
+            raise ConfigError(f"method.graph={self.graph!r} is not allowed; choose one of ['absorbing', 'uniform']")
+        if not isinstance(self.scale_by_sigma, bool):
+            raise ConfigError(f"method.scale_by_sigma must be true or false, got {self.scale_by_sigma!r}")
 
 
 @dataclass
@@ -185,8 +197,12 @@ class TrainConfig:
     """auto: bf16 autocast on CUDA, float32 on CPU."""
     accelerator: str = "auto"
     """Lightning accelerator (auto, cpu, gpu)."""
-    devices: str = "auto"
-    """Lightning devices (auto, or a number)."""
+    devices: int | str = "auto"
+    """Lightning devices per node (auto, or a number)."""
+    strategy: str = "auto"
+    """Lightning strategy: auto, ddp, ddp_spawn, fsdp, ... (ddp on CPU uses gloo); data.batch_size stays global."""
+    num_nodes: int = 1
+    """Machines taking part in a multi-node run (each runs `seqdiff train` with its NODE_RANK; see the README)."""
     seed: int = 0
     """Seed of the data order, the noise of each step and the initialization."""
     deterministic: bool = False
@@ -199,7 +215,7 @@ class TrainConfig:
     """Show a progress bar."""
 
     def __post_init__(self) -> None:
-        for key in ("max_steps", "val_every", "checkpoint_every", "log_every"):
+        for key in ("max_steps", "val_every", "checkpoint_every", "log_every", "num_nodes"):
             if getattr(self, key) < 1:
                 raise ConfigError(f"train.{key} must be >= 1, got {getattr(self, key)}")
 

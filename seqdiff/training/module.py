@@ -41,7 +41,7 @@ class SeqDiffModule(L.LightningModule):
         if self.device.type != "cpu":
             generator = torch.Generator(self.device).manual_seed(generator.initial_seed())
         out = self.method.loss(self.backbone, Batch.from_any(batch), generator)
-        self.log("train/loss", out.loss, prog_bar=True)
+        self.log("train/loss", out.loss, prog_bar=True)  # with several processes: process 0's share of the batch
         self.log("train/bits_per_token", out.nll_sum / out.num_tokens / math.log(2))
         self.log("lr", self.trainer.optimizers[0].param_groups[0]["lr"])
         return out.loss
@@ -59,12 +59,14 @@ class SeqDiffModule(L.LightningModule):
         sums += torch.stack([nll_sum.cpu(), count.cpu()])
 
     def _eval_end(self, split: str):
-        total, count = self._eval_sums.pop(split, torch.zeros(2, dtype=torch.float64))
+        sums = self._eval_sums.pop(split, torch.zeros(2, dtype=torch.float64))
+        # exact over processes: add up NLL totals and token counts, then divide (not a mean of means)
+        total, count = self.trainer.strategy.reduce(sums.to(self.device), reduce_op="sum").cpu()
         if count == 0:
             return
         nll = (total / count).item()
-        self.log(f"{split}/nll", nll, sync_dist=True)
-        self.log(f"{split}/bits_per_token", nll / math.log(2), sync_dist=True)
+        self.log(f"{split}/nll", nll)
+        self.log(f"{split}/bits_per_token", nll / math.log(2))
 
     def validation_step(self, batch, batch_idx):
         self._eval_step(batch, "val", batch_idx)

@@ -4,12 +4,20 @@ Layout of a run directory:
   config.yaml            the resolved recipe (every field, after overrides)
   tokenizer_config.json  the tokenizer
   checkpoints/last.ckpt  the latest checkpoint (weights, EMA weights, optimizer, loop state, configs)
+  checkpoints/step*.ckpt the same, named by step: `--resume` falls back to the newest readable one when
+                         last.ckpt is corrupted (seqdiff.checkpoint.latest_readable_checkpoint)
   logs/metrics.csv       training and validation metrics, always
+
+Several processes (train.strategy=ddp, train.devices, train.num_nodes): every process runs this function;
+data.batch_size is the global batch, split across processes by the data module, and only global rank 0
+writes files.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,7 +26,10 @@ import torch
 import yaml
 from lightning.pytorch.callbacks import ModelCheckpoint, TQDMProgressBar
 from lightning.pytorch.plugins.io import TorchCheckpointIO
+from lightning.pytorch.strategies import StrategyRegistry
+from lightning.pytorch.utilities.rank_zero import rank_zero_only, rank_zero_warn
 
+from seqdiff.checkpoint import CheckpointError, latest_readable_checkpoint, step_checkpoints
 from seqdiff.config import RunConfig, to_dict
 from seqdiff.data import build_data_module
 from seqdiff.tokenizers import build_tokenizer
@@ -44,12 +55,54 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         os.replace(tmp, path)
 
 
+class WandbSamples(L.Callback):
+    """After each validation (EMA weights swapped in), log a table of samples to the wandb run (rank 0).
+
+    Sampling follows the recipe's `sample` section; a sampler that refuses the model only skips the table.
+    """
+
+    def __init__(self, config: RunConfig):
+        self.config = config
+
+    @torch.no_grad()
+    def on_validation_epoch_end(self, trainer, pl_module) -> None:
+        from lightning.pytorch.loggers import WandbLogger
+
+        wandb_loggers = [lg for lg in trainer.loggers if isinstance(lg, WandbLogger)]
+        if trainer.sanity_checking or not trainer.is_global_zero or not wandb_loggers:
+            return
+        from seqdiff.checkpoint import LoadedModel
+        from seqdiff.evaluation.generate import generate
+
+        model = LoadedModel(backbone=pl_module.backbone, method=pl_module.method, tokenizer=pl_module.tokenizer,
+                            model_config=pl_module.model_config, method_config=pl_module.method_config,
+                            data_config=self.config.data, seq_len=self.config.data.seq_len,
+                            step=trainer.global_step, path=Path(trainer.default_root_dir),
+                            ema=self.config.train.ema_decay > 0)
+        try:
+            gen = generate(model, self.config.sample)
+        except Exception as e:  # samples are a convenience: never stop a training run for them
+            rank_zero_warn(f"wandb samples skipped: {e}")
+            return
+        wandb_loggers[0].log_text(key="samples", columns=["step", "sample"],
+                                  data=[[trainer.global_step, text] for text in gen.texts], step=trainer.global_step)
+
+
 @dataclass
 class TrainResult:
     run_dir: Path
     checkpoint: Path
     module: SeqDiffModule
     trainer: L.Trainer
+
+
+def _add_training_time(run_dir: Path, seconds: float, step: int) -> None:
+    """Accumulate wall-clock training time across resumes in <run_dir>/timing.json."""
+    path = run_dir / "timing.json"
+    total = json.loads(path.read_text()).get("train_seconds", 0.0) if path.is_file() else 0.0
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps({"train_seconds": total + seconds, "step": step}) + "\n")
+    os.replace(tmp, path)
 
 
 def resolve_precision(setting: str) -> str:
@@ -63,25 +116,35 @@ def train(config: RunConfig, run_dir: str | Path, resume: bool = False,
     """Train (or resume) the recipe in `run_dir`; returns the trained module and the last checkpoint."""
     run_dir = Path(run_dir)
     last = run_dir / LAST_CHECKPOINT
-    if resume and not last.is_file():
+    has_checkpoint = last.is_file() or bool(step_checkpoints(last.parent))
+    if resume and not has_checkpoint:
         raise RunError(f"--resume: no checkpoint at {last}")
-    if not resume and last.is_file():
-        raise RunError(f"{run_dir} already holds a run ({last}); pass --resume to continue it or choose "
+    if not resume and has_checkpoint:
+        raise RunError(f"{run_dir} already holds a run ({last.parent}); pass --resume to continue it or choose "
                        f"another --run-dir")
     tcfg = config.train
+    strategies = ["auto", *StrategyRegistry.available_strategies()]
+    if tcfg.strategy not in strategies:
+        raise RunError(f"train.strategy={tcfg.strategy!r} is unknown; choose one of {strategies}")
     tokenizer = build_tokenizer(config.data.tokenizer, **config.data.tokenizer_options)
     if config.data.seq_len > config.model.max_seq_len:
         raise RunError(f"data.seq_len={config.data.seq_len} exceeds model.max_seq_len={config.model.max_seq_len}")
     data = build_data_module(config.data, tokenizer, seed=tcfg.seed)
     data.check_files()  # fail on bad data before anything is written
 
+    ckpt_path, resume_step = None, None
+    if resume:  # a corrupted last.ckpt falls back to the newest readable step*.ckpt, with a message
+        try:
+            ckpt_path, ckpt = latest_readable_checkpoint(last)
+        except CheckpointError as e:
+            raise RunError(f"--resume: {e}") from e
+        resume_step = int(ckpt["global_step"])
+        del ckpt
+
     L.seed_everything(tcfg.seed, workers=True, verbose=False)
     module = SeqDiffModule(model=to_dict(config.model), method=to_dict(config.method), train=to_dict(tcfg),
                            tokenizer=tokenizer.to_dict(), seq_len=config.data.seq_len,
                            data=to_dict(config.data))
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(config), sort_keys=False))
-    tokenizer.save_pretrained(run_dir)
 
     callbacks = [ModelCheckpoint(dirpath=run_dir / "checkpoints", filename="step{step}", save_last=True,
                                  every_n_train_steps=tcfg.checkpoint_every, save_top_k=1,
@@ -91,18 +154,22 @@ def train(config: RunConfig, run_dir: str | Path, resume: bool = False,
     if tcfg.progress_bar:
         callbacks.append(TQDMProgressBar(refresh_rate=max(1, tcfg.log_every)))
     callbacks += extra_callbacks or []
-    resume_step = torch.load(last, map_location="cpu", weights_only=False, mmap=True)["global_step"] if resume else None
     loggers = [ResumableCSVLogger(save_dir=str(run_dir), name="logs", resume_step=resume_step)]
     if tcfg.wandb:
         from lightning.pytorch.loggers import WandbLogger
 
         os.environ.setdefault("WANDB_MODE", "offline")
-        loggers.append(WandbLogger(project="seqdiff", name=config.name, save_dir=str(run_dir)))
+        wandb_logger = WandbLogger(project="seqdiff", name=config.name, save_dir=str(run_dir),
+                                   config=to_dict(config))
+        loggers.append(wandb_logger)
+        callbacks.append(WandbSamples(config))
 
     trainer = L.Trainer(
         max_steps=tcfg.max_steps,
         accelerator=tcfg.accelerator,
-        devices=int(tcfg.devices) if tcfg.devices.isdigit() else tcfg.devices,
+        devices=int(tcfg.devices) if str(tcfg.devices).isdigit() else tcfg.devices,
+        strategy=tcfg.strategy,
+        num_nodes=tcfg.num_nodes,
         precision=resolve_precision(tcfg.precision),
         gradient_clip_val=tcfg.grad_clip or None,
         val_check_interval=tcfg.val_every,
@@ -118,5 +185,20 @@ def train(config: RunConfig, run_dir: str | Path, resume: bool = False,
         deterministic=tcfg.deterministic,
         default_root_dir=str(run_dir),
     )
-    trainer.fit(module, datamodule=data, ckpt_path=str(last) if resume else None)
+    if config.data.batch_size % trainer.world_size != 0:
+        raise RunError(f"data.batch_size={config.data.batch_size} is the global batch and must divide by the "
+                       f"{trainer.world_size} training processes (train.num_nodes={tcfg.num_nodes} x "
+                       f"{trainer.world_size // tcfg.num_nodes} devices)")
+    if rank_zero_only.rank == 0:  # the other processes of a multi-process run re-run this function
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(config), sort_keys=False))
+        tokenizer.save_pretrained(run_dir)
+    start = time.perf_counter()
+    try:
+        trainer.fit(module, datamodule=data, ckpt_path=str(ckpt_path) if ckpt_path is not None else None)
+    finally:  # close the wandb run, or the next train() in this process would log into it
+        if tcfg.wandb and rank_zero_only.rank == 0 and wandb_logger._experiment is not None:
+            wandb_logger.experiment.finish()
+    if rank_zero_only.rank == 0:  # one writer in a multi-process run
+        _add_training_time(run_dir, time.perf_counter() - start, trainer.global_step)
     return TrainResult(run_dir=run_dir, checkpoint=last, module=module, trainer=trainer)

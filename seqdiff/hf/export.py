@@ -1,0 +1,163 @@
+"""`seqdiff export`: a checkpoint (or run directory) -> a Hugging Face model directory.
+
+    OUT_DIR/
+      config.json            SeqDiffConfig (model_type "seqdiff"): seqdiff's model and method configs, the
+                             tokenizer's special ids, seq_len, architectures and auto_map
+      model.safetensors      the backbone's weights (EMA weights by default), keys "backbone.<DiT name>"
+      tokenizer_config.json  seqdiff's tokenizer (Tokenizer.save_pretrained; vocabulary included)
+      modeling_seqdiff.py    a two-line module re-exporting seqdiff.hf.modeling, for trust_remote_code
+
+Three ways to load it, all offline:
+- seqdiff itself: `seqdiff eval OUT_DIR`, `seqdiff sample OUT_DIR`, `load_checkpoint(OUT_DIR)`; this reads the
+  safetensors file directly and does not import transformers.
+- transformers with registration (recommended):
+  `from seqdiff.hf import register_auto_classes; register_auto_classes()`, then
+  `AutoModelForMaskedLM.from_pretrained(OUT_DIR)` (MDLM-family) or `AutoModelForCausalLM` (AR).
+- transformers with `trust_remote_code=True` and nothing imported beforehand: config.json's auto_map
+  points at modeling_seqdiff.py in OUT_DIR, which transformers copies into its modules cache (no network)
+  and imports; that module imports the installed seqdiff package, so seqdiff must be installed. The
+  code that runs is the installed seqdiff's, not a frozen copy.
+
+The directory is written into a temporary sibling folder and renamed into place, so an interrupted
+export never leaves a half-written OUT_DIR.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from seqdiff.checkpoint import (
+    EXPORT_WEIGHTS,
+    LAST_CHECKPOINT,
+    CheckpointError,
+    LoadedModel,
+    is_exported_dir,
+    latest_readable_checkpoint,
+    load_exported,
+    model_from_checkpoint,
+    read_checkpoint,
+    resolve_checkpoint_path,
+)
+from seqdiff.config import DataConfig, MethodConfig, ModelConfig, to_dict
+from seqdiff.tokenizers.base import Tokenizer
+
+MODELING_FILE = "modeling_seqdiff.py"
+MODELING_SHIM = '''"""transformers' trust_remote_code entry point: the classes live in the installed seqdiff package."""
+
+from seqdiff.hf.modeling import SeqDiffConfig, SeqDiffForCausalLM, SeqDiffForMaskedLM  # noqa: F401
+'''
+AUTO_MAP = {
+    "AutoConfig": "modeling_seqdiff.SeqDiffConfig",
+    "AutoModelForMaskedLM": "modeling_seqdiff.SeqDiffForMaskedLM",
+    "AutoModelForCausalLM": "modeling_seqdiff.SeqDiffForCausalLM",
+}
+
+
+class ExportError(CheckpointError):
+    """A checkpoint that cannot be exported, or an output directory that cannot be written."""
+
+
+def export_checkpoint(checkpoint: str | Path, out_dir: str | Path, use_ema: bool = True,
+                      overwrite: bool = False) -> Path:
+    """Write the model of `checkpoint` (a .ckpt, a run directory or an export) as a Hugging Face directory."""
+    source = Path(checkpoint)
+    if is_exported_dir(source):
+        model = load_exported(source)
+    else:
+        path = resolve_checkpoint_path(source)
+        if path.name == LAST_CHECKPOINT.name:
+            path, ckpt = latest_readable_checkpoint(path)
+        else:
+            ckpt = read_checkpoint(path)
+        if not ckpt["hyper_parameters"].get("tokenizer"):
+            raise ExportError(f"checkpoint {path} holds no tokenizer, so the exported model could not encode or "
+                              f"decode text; export a checkpoint written by `seqdiff train`, which stores its "
+                              f"tokenizer")
+        model = model_from_checkpoint(ckpt, path, use_ema=use_ema)
+    return export_model(model, out_dir, overwrite=overwrite, source=source)
+
+
+def export_model(model: LoadedModel, out_dir: str | Path, overwrite: bool = False,
+                 source: Path | None = None) -> Path:
+    """Write a loaded model (see `seqdiff.checkpoint.load_checkpoint`) as a Hugging Face directory."""
+    return write_export(out_dir, model.backbone.state_dict(), model.model_config, model.method_config,
+                        model.tokenizer, model.seq_len, data_config=model.data_config, step=model.step,
+                        ema=model.ema, overwrite=overwrite, source=source)
+
+
+def hf_config(model_config: ModelConfig, method_config: MethodConfig, tokenizer: Tokenizer, seq_len: int,
+              data_config: DataConfig | None = None, step: int = 0, ema: bool = False):
+    """The SeqDiffConfig (config.json) of a model; architectures and auto_map filled in."""
+    from seqdiff.hf.modeling import SeqDiffConfig, _method_of
+
+    summary: dict[str, Any] = {"kind": tokenizer.kind, "vocab_size": tokenizer.vocab_size,
+                               "bos_id": tokenizer.bos_id, "eos_id": tokenizer.eos_id,
+                               "pad_id": tokenizer.pad_id, "mask_id": tokenizer.mask_id}
+    description = tokenizer.to_dict()
+    if "sha256" in description:
+        summary["sha256"] = description["sha256"]
+    config = SeqDiffConfig(model=to_dict(model_config), method=to_dict(method_config), tokenizer=summary,
+                           seq_len=seq_len, data=to_dict(data_config) if data_config is not None else None,
+                           step=step, ema_weights=ema, auto_map=dict(AUTO_MAP))
+    causal = _method_of(config).causal
+    config.architectures = ["SeqDiffForCausalLM" if causal else "SeqDiffForMaskedLM"]
+    return config
+
+
+def write_export(out_dir: str | Path, state_dict: dict[str, torch.Tensor], model_config: ModelConfig,
+                 method_config: MethodConfig, tokenizer: Tokenizer, seq_len: int,
+                 data_config: DataConfig | None = None, step: int = 0, ema: bool = False,
+                 overwrite: bool = False, source: Path | None = None) -> Path:
+    """Write config.json, model.safetensors, tokenizer_config.json and the modeling shim, atomically."""
+    from safetensors.torch import save_file
+
+    out = Path(out_dir)
+    _check_destination(out, overwrite, source)
+    config = hf_config(model_config, method_config, tokenizer, seq_len, data_config, step, ema)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+    try:
+        config.save_pretrained(tmp)
+        tensors = {f"backbone.{k}": v.detach().to("cpu", copy=True).contiguous() for k, v in state_dict.items()}
+        save_file(tensors, str(tmp / EXPORT_WEIGHTS), metadata={"format": "pt"})
+        tokenizer.save_pretrained(tmp)
+        (tmp / MODELING_FILE).write_text(MODELING_SHIM)
+        _move_into_place(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
+def _check_destination(out: Path, overwrite: bool, source: Path | None) -> None:
+    if out.exists() and not out.is_dir():
+        raise ExportError(f"{out} exists and is not a directory")
+    if source is not None and out.exists():
+        src, dst = source.resolve(), out.resolve()
+        if src == dst or dst in src.parents:
+            raise ExportError(f"{out} holds the checkpoint being exported; choose another output directory")
+    if out.is_dir() and any(out.iterdir()) and not overwrite:
+        raise ExportError(f"{out} already exists and is not empty; choose another directory or pass --overwrite")
+
+
+def _move_into_place(tmp: Path, out: Path) -> None:
+    if not out.exists():
+        os.replace(tmp, out)
+        return
+    old = out.with_name(f".{out.name}.old-{os.getpid()}")
+    os.replace(out, old)  # an empty or overwritten directory: swap, then remove the old one
+    try:
+        os.replace(tmp, out)
+    except BaseException:
+        os.replace(old, out)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+
+
+__all__ = ["AUTO_MAP", "ExportError", "export_checkpoint", "export_model", "hf_config", "write_export"]
