@@ -11,6 +11,13 @@
   (1 - alpha_s)/(1 - alpha_t), else becomes v with probability x_theta[v] (alpha_s - alpha_t)/(1 - alpha_t).
 - Time conditioning is optional and off by default (the SUBS model is time-agnostic; the cached sampler
   relies on it).
+- Ablation `method.subs: false` (the MDLM paper's "w/o SUBS" ablation row): the D3PM-style x0-parameterization
+  (Austin et al. 2021, eq. 4). The denoiser is a softmax over the whole vocabulary, MASK included (no zero-
+  masking, no forced carry-over), and each masked position pays KL(q(x_s | x_t, x_0) || p(x_s | x_t)) in full
+  (seqdiff.methods.graphs.absorbing_posterior_kl), times T; in continuous time its limit
+  w(t) [-log pi_x0 + log(1 + alpha pi_M / (1 - alpha)) - pi_M / (1 - alpha + alpha pi_M)]. Unmasked positions
+  still cost nothing (eq. 4 keeps them exactly), and the reverse step reveals with probability
+  (alpha_s - alpha_t)(1 - pi_M) / ((1 - alpha_t) + alpha_t pi_M). With pi_M = 0 both reduce to the SUBS forms.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from torch import Tensor, nn
 from seqdiff.categorical import probs_from_logits, sample_categorical
 from seqdiff.config import MethodConfig
 from seqdiff.methods.base import Batch, Method, MethodOutput
+from seqdiff.methods.graphs import absorbing_posterior_kl, absorbing_posterior_kl_rate, absorbing_reverse_step
 from seqdiff.schedules import antithetic_times, build_schedule
 from seqdiff.tokenizers.base import Tokenizer
 
@@ -35,6 +43,7 @@ class MDLM(Method):
     def __init__(self, config: MethodConfig, tokenizer: Tokenizer):
         super().__init__(config, tokenizer)
         self.schedule = build_schedule(config.schedule)
+        self.subs = True if config.subs is None else config.subs
 
     # ------------------------------------------------------------------ forward process
     def sample_times(self, batch_size: int, device, generator: torch.Generator | None) -> Tensor:
@@ -79,6 +88,28 @@ class MDLM(Method):
         carry = torch.full_like(log_probs, NEG_INF).scatter_(-1, xt[..., None], 0.0)
         return torch.where((xt == self.mask_id)[..., None], log_probs, carry)
 
+    # ------------------------------------------------------------------ without SUBS (ablation; D3PM)
+    def grid_alpha(self, t: Tensor) -> Tensor:
+        """alpha on the discrete grid of the no-SUBS bound (D3PM pins alpha(0) = 1 and alpha(1) = 0)."""
+        return self.schedule.alpha(t)
+
+    def per_token_without_subs(self, logits: Tensor, x0: Tensor, xt: Tensor, t: Tensor) -> Tensor:
+        """(B, L) bound terms of the x0-parameterization with the model's own MASK probability (float32)."""
+        log_probs = torch.log_softmax(logits.float(), dim=-1)  # (B, L, V), MASK included
+        log_p_x0 = log_probs.gather(-1, x0[..., None])[..., 0].double()  # (B, L)
+        p_mask = log_probs[..., self.mask_id].exp().double()  # (B, L)
+        T = self.config.num_timesteps
+        if T > 0:
+            step = torch.round(t.double() * T)  # (B,) grid index i in 1..T: t = i/T, s = (i-1)/T exactly
+            a_t, a_s = self.grid_alpha(step / T)[:, None], self.grid_alpha((step - 1) / T)[:, None]
+            per_token = T * absorbing_posterior_kl(log_p_x0, p_mask, a_s, a_t)
+        else:
+            t = t.double()
+            weight = self.schedule.nelbo_weight(t)[:, None]
+            per_token = weight * absorbing_posterior_kl_rate(log_p_x0, p_mask, self.schedule.alpha(t)[:, None])
+        per_token = per_token.float()
+        return torch.where(xt == self.mask_id, per_token, torch.zeros_like(per_token))
+
     # ------------------------------------------------------------------ objective
     def loss(self, backbone: nn.Module, batch: Batch, generator: torch.Generator | None = None) -> MethodOutput:
         batch = Batch.from_any(batch)
@@ -87,10 +118,13 @@ class MDLM(Method):
         t = self.sample_times(x0.shape[0], x0.device, generator)  # (B,)
         xt = self.corrupt(x0, t, scored, generator)  # (B, L)
         logits = backbone(xt, noise_level=self.noise_level(t), attention_mask=batch.attention_mask)  # (B, L, V)
-        logits = self.subs_logits(logits)
-        nll = F.cross_entropy(logits.flatten(0, 1).float(), x0.flatten(), reduction="none").view_as(x0)
-        masked = xt == self.mask_id  # SUBS carry-over: only masked positions carry loss
-        per_token = torch.where(masked, self.loss_weight(t)[:, None] * nll, torch.zeros_like(nll))  # (B, L)
+        if self.subs:
+            logits = self.subs_logits(logits)
+            nll = F.cross_entropy(logits.flatten(0, 1).float(), x0.flatten(), reduction="none").view_as(x0)
+            masked = xt == self.mask_id  # SUBS carry-over: only masked positions carry loss
+            per_token = torch.where(masked, self.loss_weight(t)[:, None] * nll, torch.zeros_like(nll))  # (B, L)
+        else:
+            per_token = self.per_token_without_subs(logits, x0, xt, t)  # (B, L)
         num_tokens = scored.sum().to(torch.float64)
         loss = per_token.sum() / num_tokens.clamp(min=1).to(per_token.dtype)
         return MethodOutput(loss=loss, nll_sum=per_token.detach().to(torch.float64).sum(), num_tokens=num_tokens)
@@ -98,8 +132,10 @@ class MDLM(Method):
     # ------------------------------------------------------------------ reverse process
     @torch.no_grad()
     def denoise(self, backbone: nn.Module, xt: Tensor, t: Tensor, temperature: float = 1.0) -> Tensor:
-        """x_theta(x_t) as float64 probabilities (B, L, V) with zero mass on MASK."""
+        """x_theta(x_t) as float64 probabilities (B, L, V) with zero mass on MASK (without SUBS: the model's)."""
         logits = backbone(xt, noise_level=self.noise_level(t))
+        if not self.subs:
+            return probs_from_logits(logits, temperature)
         return probs_from_logits(self.subs_logits(logits), temperature)
 
     def reverse_step(self, x0_probs: Tensor, xt: Tensor, t: Tensor, s: Tensor,
@@ -109,7 +145,11 @@ class MDLM(Method):
         Two stages with the same law as one categorical over V tokens + MASK: first whether a masked token
         is revealed, with probability (alpha_s - alpha_t) / (1 - alpha_t); then which token, from x0_probs.
         Only revealed positions draw a token, so a step costs O(revealed * V), not O(B L V).
+        Without SUBS, x0_probs may hold MASK mass and the step is D3PM's (see absorbing_reverse_step).
         """
+        if not self.subs:
+            return absorbing_reverse_step(x0_probs, xt, self.grid_alpha(s.double()), self.grid_alpha(t.double()),
+                                          self.mask_id, generator)
         a_t = self.schedule.alpha(t.double())[:, None]  # (B, 1)
         a_s = self.schedule.alpha(s.double())[:, None]
         reveal_p = ((a_s - a_t) / self.schedule.one_minus_alpha(t.double())[:, None]).clamp(0, 1)
@@ -121,5 +161,7 @@ class MDLM(Method):
         return xs
 
     def fill_remaining(self, x0_probs: Tensor, xt: Tensor) -> Tensor:
-        """Final noise removal: any token still masked takes its most likely value."""
+        """Final noise removal: any token still masked takes its most likely value (never MASK itself)."""
+        if not self.subs:
+            x0_probs = x0_probs.index_fill(-1, torch.tensor([self.mask_id], device=xt.device), 0.0)
         return torch.where(xt == self.mask_id, x0_probs.argmax(-1), xt)

@@ -4,18 +4,24 @@ from __future__ import annotations
 
 from seqdiff.samplers.ar_kv import ARSampler
 from seqdiff.samplers.base import SampleOutput, Sampler, SamplerError
+from seqdiff.samplers.d3pm_ancestral import D3PMAncestralSampler
 from seqdiff.samplers.mdlm_ancestral import MDLMAncestralSampler
 from seqdiff.samplers.mdlm_cached import MDLMCachedSampler
+from seqdiff.samplers.sedd_analytic import SEDDAnalyticSampler
+from seqdiff.samplers.sedd_euler import SEDDEulerSampler
 
 SAMPLERS: dict[str, type[Sampler]] = {
-    cls.name: cls for cls in (MDLMAncestralSampler, MDLMCachedSampler, ARSampler)
+    cls.name: cls
+    for cls in (MDLMAncestralSampler, MDLMCachedSampler, ARSampler, SEDDAnalyticSampler, SEDDEulerSampler,
+                D3PMAncestralSampler)
 }
 
-DEFAULT_SAMPLER = {"mdlm": "cached", "ar": "ar"}
+DEFAULT_SAMPLER = {"mdlm": "cached", "ar": "ar", "sedd": "analytic", "d3pm": "d3pm"}
 
 
 def build_sampler(name: str | None, method, backbone, steps: int, temperature: float = 1.0) -> Sampler:
-    """Sampler by name; None picks the method's default (cached for MDLM, KV-cached for AR)."""
+    """Sampler by name; None picks the method's default (DEFAULT_SAMPLER: cached for MDLM, KV-cached for AR,
+    analytic for SEDD, ancestral for D3PM)."""
     if name is None:
         name = DEFAULT_SAMPLER.get(method.name)
     if name not in SAMPLERS:
@@ -23,5 +29,6 @@ def build_sampler(name: str | None, method, backbone, steps: int, temperature: f
     return SAMPLERS[name](method, backbone, steps=steps, temperature=temperature)
 
 
-__all__ = ["SAMPLERS", "ARSampler", "MDLMAncestralSampler", "MDLMCachedSampler", "SampleOutput", "Sampler",
-           "SamplerError", "build_sampler"]
+__all__ = ["DEFAULT_SAMPLER", "SAMPLERS", "ARSampler", "D3PMAncestralSampler", "MDLMAncestralSampler",
+           "MDLMCachedSampler", "SEDDAnalyticSampler", "SEDDEulerSampler", "SampleOutput", "Sampler", "SamplerError",
+           "build_sampler"]
