@@ -21,9 +21,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from seqdiff.backbones import build_backbone
 from seqdiff.config import ConfigError, DataConfig, MethodConfig, ModelConfig, from_dict
-from seqdiff.methods import METHODS, Method, build_method
+from seqdiff.methods import METHODS, Method, build_model
 from seqdiff.tokenizers import Tokenizer, load_tokenizer, tokenizer_from_dict
 
 LAST_CHECKPOINT = Path("checkpoints") / "last.ckpt"
@@ -129,6 +128,13 @@ def read_checkpoint(path: Path) -> dict[str, Any]:
     return ckpt
 
 
+def _build(model_config: ModelConfig, method_config: MethodConfig, tokenizer: Tokenizer, path: Path):
+    try:
+        return build_model(model_config, method_config, tokenizer)
+    except ConfigError as e:
+        raise CheckpointError(f"{path}: {e}") from e
+
+
 def load_checkpoint(path: str | Path, device: str | torch.device = "cpu", use_ema: bool = True,
                     tokenizer: Tokenizer | None = None) -> LoadedModel:
     """Rebuild the model of a checkpoint, run directory or exported directory.
@@ -158,8 +164,7 @@ def model_from_checkpoint(ckpt: dict[str, Any], path: Path, device: str | torch.
     except KeyError as e:
         raise CheckpointError(f"checkpoint {path} lacks the {e} configuration") from e
     tokenizer = tokenizer or saved_tokenizer
-    method = build_method(method_config, tokenizer)
-    backbone = build_backbone(model_config, tokenizer.vocab_size, causal=method.causal)
+    method, backbone, model_config = _build(model_config, method_config, tokenizer, path)
 
     weights = {k.removeprefix("backbone."): v for k, v in ckpt["state_dict"].items() if k.startswith("backbone.")}
     ema = use_ema and "ema_state_dict" in ckpt
@@ -225,8 +230,7 @@ def load_exported(path: str | Path, device: str | torch.device = "cpu",
         raise CheckpointError(f"{path}: tokenizer_config.json ({saved_tokenizer.kind}, {actual}) does not match "
                               f"the tokenizer recorded in {EXPORT_CONFIG} ({config['tokenizer']})")
     tokenizer = tokenizer or saved_tokenizer
-    method = build_method(method_config, tokenizer)
-    backbone = build_backbone(model_config, tokenizer.vocab_size, causal=method.causal)
+    method, backbone, model_config = _build(model_config, method_config, tokenizer, path)
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 

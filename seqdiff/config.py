@@ -57,8 +57,8 @@ class ModelConfig:
     """Width of the noise-level embedding that drives adaLN (used only with time conditioning)."""
     dropout: float = 0.0
     """Dropout on attention output and MLP output."""
-    time_conditioning: bool = False
-    """Condition blocks on the noise level through adaLN; MDLM works without it (the cached sampler needs it off)."""
+    time_conditioning: bool | None = None
+    """adaLN conditioning on the noise level; null: the method's default (on for sedd, off otherwise)."""
     max_seq_len: int = 1024
     """Longest sequence the model accepts (rotary tables are sized for it)."""
 

@@ -98,7 +98,7 @@ def test_help_lists_documented_config_keys(capsys):
     with pytest.raises(SystemExit):
         main(["train", "--help"])
     out = capsys.readouterr().out
-    assert "model.time_conditioning" in out and "Condition blocks on the noise level" in out
+    assert "model.time_conditioning" in out and "adaLN conditioning on the noise level" in out
     assert main(["config", "--keys"]) == 0
     assert "train.ema_decay" in capsys.readouterr().out
 

@@ -122,3 +122,18 @@ def test_global_batch_is_split_across_processes():
     assert torch.equal(torch.cat(parts), whole)
     with pytest.raises(ValueError, match="does not divide"):
         RandomWindowBatches(tokens, 16, 6, seed=3, rank=0, world_size=4)
+
+
+def test_time_conditioning_follows_the_method_unless_set(tmp_path):
+    from seqdiff.checkpoint import load_checkpoint
+
+    sedd = train(tiny_config(**{"method.name": "sedd", "train.max_steps": 1, "train.val_every": 1}), tmp_path / "s")
+    assert sedd.module.model_config.time_conditioning is True
+    assert load_checkpoint(tmp_path / "s").model_config.time_conditioning is True
+    mdlm = train(tiny_config(**{"train.max_steps": 1, "train.val_every": 1}), tmp_path / "m")
+    assert mdlm.module.model_config.time_conditioning is False
+    from seqdiff.config import ConfigError
+
+    with pytest.raises(ConfigError, match="time_conditioning=true"):
+        train(tiny_config(**{"method.name": "sedd", "model.time_conditioning": "false"}), tmp_path / "x")
+    assert not (tmp_path / "x").exists()  # refused before anything was written

@@ -5,6 +5,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from torch import nn
 
 from seqdiff.backbones.dit import DiT, KVCache
@@ -19,6 +21,8 @@ def build_backbone(cfg: ModelConfig, vocab_size: int, causal: bool) -> nn.Module
         cls = BACKBONES[cfg.backbone]
     except KeyError:
         raise ConfigError(f"model.backbone={cfg.backbone!r} is unknown; choose one of {sorted(BACKBONES)}") from None
+    if cfg.time_conditioning is None:  # left to the method (seqdiff.methods.build_model); a bare backbone: off
+        cfg = dataclasses.replace(cfg, time_conditioning=False)
     return cls(cfg, vocab_size=vocab_size, causal=causal)
 
 

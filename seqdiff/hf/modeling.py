@@ -43,6 +43,7 @@ from seqdiff.backbones import build_backbone
 from seqdiff.backbones.dit import DiT, DiTBlock, TimestepEmbedding
 from seqdiff.backbones.rotary import RotaryEmbedding
 from seqdiff.config import ConfigError, MethodConfig, ModelConfig, from_dict
+from seqdiff.methods import resolve_model_config
 
 MODEL_TYPE = "seqdiff"
 TOKENIZER_ID_KEYS = ("bos_id", "eos_id", "pad_id", "mask_id")
@@ -115,8 +116,8 @@ class SeqDiffPreTrainedModel(PreTrainedModel):
                                else ("bidirectional", "AutoModelForMaskedLM", "SeqDiffForMaskedLM"))
             raise ConfigError(f"method {self.method.name!r} is {kind}: load this model with {auto} (or {cls}), "
                               f"not {type(self).__name__}")
-        self.backbone: DiT = build_backbone(config.model_config(), config.tokenizer["vocab_size"],
-                                            causal=self.method.causal)
+        model_config = resolve_model_config(config.model_config(), self.method)
+        self.backbone: DiT = build_backbone(model_config, config.tokenizer["vocab_size"], causal=self.method.causal)
         self.post_init()
 
     def _init_weights(self, module: nn.Module) -> None:

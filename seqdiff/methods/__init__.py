@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from seqdiff.config import ConfigError, MethodConfig
+import dataclasses
+
+from torch import nn
+
+from seqdiff.backbones import build_backbone
+from seqdiff.config import ConfigError, MethodConfig, ModelConfig
 from seqdiff.methods.ar import AR
 from seqdiff.methods.base import Batch, Method, MethodOutput
 from seqdiff.methods.d3pm import D3PM
@@ -19,4 +24,22 @@ def build_method(config: MethodConfig, tokenizer: Tokenizer) -> Method:
     return METHODS[config.name](config, tokenizer)
 
 
-__all__ = ["AR", "D3PM", "MDLM", "METHODS", "SEDD", "Batch", "Method", "MethodOutput", "build_method"]
+def resolve_model_config(model: ModelConfig, method: Method) -> ModelConfig:
+    """Fill what the recipe left to the method (time conditioning)."""
+    if model.time_conditioning is None:
+        model = dataclasses.replace(model, time_conditioning=method.default_time_conditioning)
+    return model
+
+
+def build_model(model: ModelConfig, method_config: MethodConfig, tokenizer: Tokenizer
+                ) -> tuple[Method, nn.Module, ModelConfig]:
+    """Method + a backbone that suits it (causal or not, time-conditioned or not); the one place both meet."""
+    method = build_method(method_config, tokenizer)
+    model = resolve_model_config(model, method)
+    backbone = build_backbone(model, tokenizer.vocab_size, causal=method.causal)
+    method.check_backbone(backbone)
+    return method, backbone, model
+
+
+__all__ = ["AR", "D3PM", "MDLM", "METHODS", "SEDD", "Batch", "Method", "MethodOutput", "build_method", "build_model",
+           "resolve_model_config"]

@@ -54,6 +54,8 @@ class Method(ABC):
     name: ClassVar[str]
     causal: ClassVar[bool]
     """Whether the backbone must use causal attention."""
+    default_time_conditioning: ClassVar[bool] = False
+    """model.time_conditioning when the recipe leaves it null."""
 
     def __init__(self, config, tokenizer: Tokenizer):
         self.config = config
@@ -62,6 +64,10 @@ class Method(ABC):
         self.pad_id = tokenizer.pad_id
         self.bos_id = tokenizer.bos_id
         self.eos_id = tokenizer.eos_id
+
+    def check_backbone(self, backbone: nn.Module) -> None:
+        """Refuse a backbone this method cannot use (default: any backbone)."""
+        return None
 
     @abstractmethod
     def loss(self, backbone: nn.Module, batch: Batch, generator: torch.Generator | None = None) -> MethodOutput:

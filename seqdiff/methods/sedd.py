@@ -42,6 +42,7 @@ from seqdiff.tokenizers.base import Tokenizer
 class SEDD(Method):
     name = "sedd"
     causal = False
+    default_time_conditioning = True
 
     def __init__(self, config: MethodConfig, tokenizer: Tokenizer):
         super().__init__(config, tokenizer)

@@ -12,10 +12,9 @@ from typing import Any
 import lightning as L
 import torch
 
-from seqdiff.backbones import build_backbone
 from seqdiff.config import MethodConfig, ModelConfig, TrainConfig, from_dict
 from seqdiff.data.blocks import step_generator
-from seqdiff.methods import Batch, build_method
+from seqdiff.methods import Batch, build_model
 from seqdiff.tokenizers import tokenizer_from_dict
 
 
@@ -28,8 +27,8 @@ class SeqDiffModule(L.LightningModule):
         self.method_config: MethodConfig = from_dict(MethodConfig, method)
         self.train_config: TrainConfig = from_dict(TrainConfig, train)
         self.tokenizer = tokenizer_from_dict(tokenizer)
-        self.method = build_method(self.method_config, self.tokenizer)
-        self.backbone = build_backbone(self.model_config, self.tokenizer.vocab_size, causal=self.method.causal)
+        self.method, self.backbone, self.model_config = build_model(self.model_config, self.method_config,
+                                                                    self.tokenizer)
         self._eval_sums: dict[str, torch.Tensor] = {}
 
     # ---------------------------------------------------------------- training
