@@ -225,7 +225,7 @@ def _index_state(path: Path, bgzf: bool) -> tuple[list[Path], list[Path]]:
 
 def open_fasta(path: str | Path) -> FastaHandle:
     """Open (and index when needed) a plain or bgzip FASTA; refuses gzip, truncated files and bad indexes."""
-    path = Path(path)
+    path = Path(os.path.expandvars(str(path))).expanduser()  # recipes may say ~/... or $SEQDIFF_DATA/...
     if not path.is_file():
         raise GenomeError(f"FASTA file {path} does not exist")
     kind = compression(path)
