@@ -108,7 +108,7 @@ class DataConfig:
     kind: str = "text"
     """Data module registry key (see seqdiff.data.DATA_MODULES): text or fasta."""
     corpus: str = "shakespeare"
-    """A builtin corpus name (shakespeare) or a folder with {train,valid,test}.txt / .txt.gz / .jsonl."""
+    """Builtin corpus (shakespeare), dataset name (seqdiff.data.datasets) or folder of {split}.txt/.jsonl/.parquet."""
     train_file: str | None = None
     """Explicit training file; overrides the corpus' train split."""
     valid_file: str | None = None
@@ -153,6 +153,18 @@ class DataConfig:
     """fasta: replace each training window by its reverse complement with probability 0.5."""
     keep_soft_mask: bool = False
     """fasta: add a per-base bool "soft_mask" tensor (lowercase in the FASTA) to each batch."""
+    block_mode: Literal["stream", "wrapped", "padded"] = "stream"
+    """text: random windows of one token stream; EOS-joined documents in BOS..EOS rows; or one padded doc per row."""
+    documents: Literal["paragraphs", "lines"] = "paragraphs"
+    """text: a .txt document is a blank-line-separated paragraph or one line (.jsonl / .parquet: one per record)."""
+    detokenizer: str | None = None
+    """text: detokenizer run on each document before tokenizing (seqdiff.data.datasets.DETOKENIZERS; none: off)."""
+    cache: bool | None = None
+    """text: tokenized blocks cached on disk (data dir/cache): true, false, or null = sources >= cache_min_bytes."""
+    cache_min_bytes: int = 64_000_000
+    """text, cache=null: smallest source (bytes) whose tokenized blocks are cached."""
+    tokenize_workers: int = 0
+    """text: processes that tokenize a large source in parallel (0: one per CPU core, at most 8)."""
 
     def __post_init__(self) -> None:
         for key in ("seq_len", "batch_size", "eval_batch_size"):
@@ -165,6 +177,12 @@ class DataConfig:
                 raise ConfigError(f"data.{key} must lie in [0, 1], got {getattr(self, key)}")
         if self.valid_fraction + self.test_fraction >= 1:
             raise ConfigError("data.valid_fraction + data.test_fraction must be < 1 (blocks are left for training)")
+        if self.block_mode != "stream" and self.seq_len < 3:
+            raise ConfigError(f"data.seq_len must be >= 3 with data.block_mode={self.block_mode} (BOS, a token, EOS), "
+                              f"got {self.seq_len}")
+        for key in ("cache_min_bytes", "tokenize_workers"):
+            if getattr(self, key) < 0:
+                raise ConfigError(f"data.{key} must be >= 0, got {getattr(self, key)}")
         if self.kind == "fasta" and self.tokenizer != "nucleotide":
             raise ConfigError(f"data.kind=fasta needs data.tokenizer=nucleotide, got {self.tokenizer!r}")
 
@@ -234,8 +252,24 @@ class SampleConfig:
     """Length of each sequence; default: the training block length."""
     temperature: float = 1.0
     """Softmax temperature of the denoiser / next-token distribution (0 = greedy)."""
+    top_p: float = 1.0
+    """Nucleus sampling: keep the smallest set of tokens whose mass reaches top_p, in (0, 1] (1 = off; MDLM, AR)."""
+    stop_at_eos: bool = False
+    """Cut each sample at its first EOS and drop what follows (variable-length samples)."""
+    semi_ar: bool = False
+    """Allow seq_len beyond the model's context: generate in overlapping semi-autoregressive blocks."""
+    overlap: int | None = None
+    """Semi-autoregressive blocks: tokens of each block that condition the next; default half a block."""
     seed: int = 0
     """Seed of the generator that drives every draw."""
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.top_p <= 1.0:
+            raise ConfigError(f"sample.top_p must lie in (0, 1], got {self.top_p}")
+        if self.temperature < 0:
+            raise ConfigError(f"sample.temperature must be >= 0, got {self.temperature}")
+        if self.overlap is not None and self.overlap < 0:
+            raise ConfigError(f"sample.overlap must be >= 0, got {self.overlap}")
 
 
 @dataclass

@@ -5,6 +5,11 @@
   would have seen, with or without worker processes.
 - Evaluation: `TiledBlocks` cuts the stream into consecutive non-overlapping blocks; the last one is
   padded, and padding is excluded from attention and from the loss, so every token is scored exactly once.
+- Document blocks (a table of rows, `blocks` (N, L) + `lengths` (N,)), built from tokenized documents:
+  `pack_wrapped` (MDLM's wrap: documents joined by EOS, cut into pieces of L - 2, each row BOS piece EOS;
+  only the last row may be short) and `pack_padded` (one document per row, BOS doc EOS, truncated to L,
+  right-padded with PAD). `RandomBlockBatches` trains on whole rows (a fresh permutation per epoch, batch k
+  a function of (seed, k), rank-sliced); `PackedBlocks` evaluates every row in order.
 """
 
 from __future__ import annotations
@@ -89,3 +94,119 @@ class TiledBlocks(Dataset):
             mask = self.loss_mask[i * self.seq_len : (i + 1) * self.seq_len]
             item["loss_mask"] = torch.cat([mask, torch.zeros(self.seq_len - real, dtype=torch.bool)])
         return item
+
+
+# ------------------------------------------------------------------------------ document blocks
+def pack_wrapped(documents: list[np.ndarray], seq_len: int, bos_id: int, eos_id: int,
+                 pad_id: int) -> tuple[np.ndarray, np.ndarray]:
+    """Documents joined by EOS (d1 EOS d2 EOS ...), cut into pieces of seq_len - 2, each row BOS piece EOS.
+
+    Returns (blocks (N, L) int32, lengths (N,) int32); every row but the last is full, the last is
+    padded after its EOS. Concatenating `blocks[i, 1:lengths[i] - 1]` gives back the joined stream.
+    """
+    if seq_len < 3:
+        raise ValueError(f"wrapped blocks need seq_len >= 3, got {seq_len}")
+    eos = np.array([eos_id], dtype=np.int32)
+    parts = [p for doc in documents for p in (np.asarray(doc, dtype=np.int32), eos)]
+    stream = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int32)
+    piece = seq_len - 2
+    full, rest = divmod(len(stream), piece)
+    rows = full + (rest > 0)
+    blocks = np.full((rows, seq_len), pad_id, dtype=np.int32)
+    lengths = np.full(rows, seq_len, dtype=np.int32)
+    blocks[:, 0] = bos_id
+    blocks[:full, 1:-1] = stream[: full * piece].reshape(full, piece)
+    blocks[:full, -1] = eos_id
+    if rest:
+        blocks[full, 1 : 1 + rest] = stream[full * piece :]
+        blocks[full, 1 + rest] = eos_id
+        lengths[full] = rest + 2
+    return blocks, lengths
+
+
+def pack_padded(documents: list[np.ndarray], seq_len: int, bos_id: int, eos_id: int,
+                pad_id: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """One document per row: BOS doc EOS, the document truncated to seq_len - 2 tokens, then PAD.
+
+    Returns (blocks (N, L) int32, lengths (N,) int32 real tokens per row, number of truncated documents).
+    """
+    if seq_len < 3:
+        raise ValueError(f"padded blocks need seq_len >= 3, got {seq_len}")
+    blocks = np.full((len(documents), seq_len), pad_id, dtype=np.int32)
+    lengths = np.zeros(len(documents), dtype=np.int32)
+    truncated = 0
+    for i, doc in enumerate(documents):
+        doc = np.asarray(doc)
+        if len(doc) > seq_len - 2:
+            truncated += 1
+            doc = doc[: seq_len - 2]
+        blocks[i, 0] = bos_id
+        blocks[i, 1 : 1 + len(doc)] = doc
+        blocks[i, 1 + len(doc)] = eos_id
+        lengths[i] = len(doc) + 2
+    return blocks, lengths, truncated
+
+
+def _rows_to_batch(blocks: np.ndarray, lengths: np.ndarray, index: np.ndarray) -> dict[str, torch.Tensor]:
+    ids = torch.from_numpy(np.asarray(blocks[index], dtype=np.int64))  # (b, L)
+    real = torch.from_numpy(np.asarray(lengths[index], dtype=np.int64))  # (b,)
+    return {"input_ids": ids, "attention_mask": torch.arange(ids.shape[-1]) < real[..., None]}
+
+
+class RandomBlockBatches(IterableDataset):
+    """Yields {"input_ids", "attention_mask"} batches of whole rows of a block table, from `start_step` on.
+
+    Rows are visited in a fresh random permutation each epoch: global sample i (= step * batch_size + j)
+    is row perm_e[i mod N] with e = i // N, and perm_e depends only on (seed, e) — so batch k depends only
+    on (seed, k), and each process takes its `rank_slice` of the global batch, as in RandomWindowBatches.
+    """
+
+    def __init__(self, blocks: np.ndarray, lengths: np.ndarray, batch_size: int, seed: int, start_step: int = 0,
+                 rank: int = 0, world_size: int = 1):
+        if len(blocks) == 0:
+            raise ValueError("the training split has no blocks (no non-empty documents?)")
+        if len(lengths) != len(blocks):
+            raise ValueError("lengths must have one entry per block")
+        self.blocks, self.lengths = blocks, lengths
+        self.batch_size, self.seed, self.start_step = batch_size, seed, start_step
+        self.rows = rank_slice(batch_size, rank, world_size)
+        self._perm: tuple[int, torch.Tensor] | None = None
+
+    def permutation(self, epoch: int) -> torch.Tensor:
+        if self._perm is None or self._perm[0] != epoch:
+            g = step_generator(self.seed ^ 0x5DEECE66D, epoch)  # its own stream, apart from the window draws
+            self._perm = (epoch, torch.randperm(len(self.blocks), generator=g))
+        return self._perm[1]
+
+    def batch_at(self, step: int) -> dict[str, torch.Tensor]:
+        n = len(self.blocks)
+        samples = np.arange(step * self.batch_size, (step + 1) * self.batch_size)[self.rows]
+        index = np.empty(len(samples), dtype=np.int64)
+        for epoch in np.unique(samples // n):
+            here = samples // n == epoch
+            index[here] = self.permutation(int(epoch)).numpy()[samples[here] % n]
+        return _rows_to_batch(self.blocks, self.lengths, index)
+
+    def __iter__(self):
+        info = get_worker_info()
+        worker, workers = (info.id, info.num_workers) if info else (0, 1)
+        step = self.start_step + worker
+        while True:
+            yield self.batch_at(step)
+            step += workers
+
+
+class PackedBlocks(Dataset):
+    """Every row of a block table, in order, with its attention mask (False on padding)."""
+
+    def __init__(self, blocks: np.ndarray, lengths: np.ndarray):
+        if len(lengths) != len(blocks):
+            raise ValueError("lengths must have one entry per block")
+        self.blocks, self.lengths = blocks, lengths
+
+    def __len__(self) -> int:
+        return len(self.blocks)
+
+    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
+        item = _rows_to_batch(self.blocks, self.lengths, np.array([i]))
+        return {k: v[0] for k, v in item.items()}

@@ -1,19 +1,48 @@
-"""Text data module: a corpus (builtin or a user's folder / files) tokenized into one stream per split."""
+"""Text data module: a corpus (builtin, named dataset, or a user's folder / files) turned into blocks.
+
+Three block modes (data.block_mode):
+- stream (default): each split tokenized into one stream; training takes random windows
+  (`RandomWindowBatches`), evaluation tiles the stream (`TiledBlocks`).
+- wrapped: documents joined with EOS and cut into BOS ... EOS rows (`pack_wrapped`, MDLM's wrap);
+- padded: one document per row, BOS doc EOS, truncated and padded (`pack_padded`; padding is masked out
+  of attention and of the loss). Both train on whole rows (`RandomBlockBatches`) and evaluate every row
+  (`PackedBlocks`).
+
+Document boundaries: a .jsonl line or .parquet row; in .txt files a paragraph or a line (data.documents).
+Tokenized blocks of large sources (data.cache_min_bytes, or data.cache=true) are cached on disk under
+the data directory (`seqdiff.data.cache`) and tokenized in parallel with a progress bar.
+"""
 
 from __future__ import annotations
 
+import multiprocessing
+import os
+import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import lightning as L
 import numpy as np
 from torch.utils.data import DataLoader
 
 from seqdiff.config import DataConfig
-from seqdiff.data.blocks import RandomWindowBatches, TiledBlocks
-from seqdiff.data.text_files import DataFileError, corpus_split_path, read_text_file
+from seqdiff.data.blocks import (
+    PackedBlocks,
+    RandomBlockBatches,
+    RandomWindowBatches,
+    TiledBlocks,
+    pack_padded,
+    pack_wrapped,
+)
+from seqdiff.data.text_files import DataFileError, corpus_split_path, read_documents, read_text_file
 from seqdiff.tokenizers.base import Tokenizer, TokenizerError
 
 SPLITS = ("train", "valid", "test")
+PARALLEL_MIN_CHARS = 16_000_000
+"""Sources with fewer characters are tokenized in this process."""
+CHUNK_CHARS = 2_000_000
+"""Characters of documents per parallel tokenization task."""
 
 
 def split_path(config: DataConfig, split: str) -> Path:
@@ -33,35 +62,191 @@ def tokenize_file(path: str | Path, tokenizer: Tokenizer) -> np.ndarray:
     return ids
 
 
+# ---------------------------------------------------------------------------------------------- sources
+class SplitSource:
+    """Where a split's documents come from: its cache identity, size, and how to read them."""
+
+    def __init__(self, config: DataConfig, split: str):
+        from seqdiff.data.datasets import DATASETS, get_dataset, get_detokenizer
+
+        self.split, self.path, self.dataset = split, None, None
+        explicit = getattr(config, f"{split}_file")
+        if explicit is None and config.corpus in DATASETS:
+            self.dataset = get_dataset(config.corpus)
+        else:
+            self.path = split_path(config, split)
+        default = self.dataset.detokenizer if self.dataset is not None else None
+        name = config.detokenizer if config.detokenizer is not None else default
+        self.detokenizer_name = None if name == "none" else name
+        self.detokenize = get_detokenizer(self.detokenizer_name)
+        self.documents_mode = config.documents
+
+    def identity(self) -> dict[str, Any]:
+        from seqdiff.data.cache import file_identity
+
+        source = file_identity(self.path) if self.path is not None else self.dataset.identity(self.split)
+        return {"source": source, "detokenizer": self.detokenizer_name, "documents": self.documents_mode}
+
+    def size_bytes(self) -> float:
+        if self.path is not None:
+            return self.path.stat().st_size if self.path.is_file() else 0
+        files = getattr(self.dataset, "files", None)
+        return sum(p.stat().st_size for p in files(self.split)) if files else float("inf")
+
+    def documents(self) -> list[str]:
+        from seqdiff.data.datasets import load_documents
+
+        if self.path is not None:
+            docs = read_documents(self.path, self.documents_mode)
+        else:
+            docs = load_documents(self.dataset.name, self.split, self.documents_mode)
+        if self.detokenize is not None:
+            docs = [self.detokenize(d) for d in docs]
+        return docs
+
+    def what(self) -> str:
+        return str(self.path) if self.path is not None else f"dataset {self.dataset.name!r} split {self.split!r}"
+
+
+# ---------------------------------------------------------------------------------------------- tokenization
+_WORKER_TOKENIZER: Tokenizer | None = None
+
+
+def _init_worker(description: dict) -> None:
+    global _WORKER_TOKENIZER
+    from seqdiff.tokenizers import tokenizer_from_dict
+
+    _WORKER_TOKENIZER = tokenizer_from_dict(description)
+
+
+def _encode_chunk(chunk: tuple[int, list[str]]) -> list[np.ndarray]:
+    first, docs = chunk
+    return [_encode(_WORKER_TOKENIZER, d, first + i) for i, d in enumerate(docs)]
+
+
+def _encode(tokenizer: Tokenizer, document: str, index: int) -> np.ndarray:
+    try:
+        return np.asarray(tokenizer.encode(document), dtype=np.int32)
+    except TokenizerError as e:
+        raise TokenizerError(f"document {index}: {e}") from e
+
+
+def tokenize_documents(documents: list[str], tokenizer: Tokenizer, workers: int = 0,
+                       what: str = "documents") -> list[np.ndarray]:
+    """Each document's ids (int32), in order; large inputs in `workers` processes with a progress bar."""
+    from tqdm.auto import tqdm
+
+    total = sum(len(d) for d in documents)
+    workers = workers or min(8, os.cpu_count() or 1)
+    try:
+        if total < PARALLEL_MIN_CHARS or workers == 1:
+            progress = total >= PARALLEL_MIN_CHARS // 4
+            items = tqdm(documents, desc=f"tokenizing {what}", unit="doc", disable=not progress, file=sys.stderr)
+            return [_encode(tokenizer, d, i) for i, d in enumerate(items)]
+        chunks, start, size = [], 0, 0
+        for i, d in enumerate(documents):
+            size += len(d)
+            if size >= CHUNK_CHARS or i == len(documents) - 1:
+                chunks.append((start, documents[start : i + 1]))
+                start, size = i + 1, 0
+        out: list[np.ndarray] = []
+        with multiprocessing.get_context().Pool(workers, _init_worker, (tokenizer.to_dict(),)) as pool:
+            for ids in tqdm(pool.imap(_encode_chunk, chunks), total=len(chunks), desc=f"tokenizing {what}",
+                            unit="chunk", file=sys.stderr):
+                out.extend(ids)
+        return out
+    except TokenizerError as e:
+        raise DataFileError(f"{what}: {e}") from e
+
+
+def build_split_arrays(source: SplitSource, tokenizer: Tokenizer, config: DataConfig
+                       ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """The arrays of one split in the configured block mode (what the cache stores), and meta data."""
+    if config.block_mode == "stream":
+        if source.path is not None and source.detokenize is None:
+            return {"tokens": tokenize_file(source.path, tokenizer)}, {}  # the file read and tokenized whole
+        ids = tokenize_documents(["\n\n".join(source.documents())], tokenizer, 1, source.what())[0]
+        if len(ids) == 0:
+            raise DataFileError(f"{source.what()}: no tokens after tokenization")
+        return {"tokens": ids}, {}
+    docs = source.documents()
+    ids = tokenize_documents(docs, tokenizer, config.tokenize_workers, source.what())
+    special = (tokenizer.bos_id, tokenizer.eos_id, tokenizer.pad_id)
+    truncated = 0
+    if config.block_mode == "wrapped":
+        blocks, lengths = pack_wrapped(ids, config.seq_len, *special)
+    else:
+        blocks, lengths, truncated = pack_padded(ids, config.seq_len, *special)
+    if tokenizer.vocab_size <= np.iinfo(np.uint16).max + 1:  # GPT-2, BERT, characters: half the disk and memory
+        blocks = blocks.astype(np.uint16)
+    return {"blocks": blocks, "lengths": lengths}, {"documents": len(docs), "truncated": truncated}
+
+
+def load_split_arrays(config: DataConfig, tokenizer: Tokenizer, split: str,
+                      log: Callable[[str], None] | None = None) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """A split's arrays, from the on-disk cache when it is enabled for this source (built on a miss)."""
+    from seqdiff.data import cache
+
+    source = SplitSource(config, split)
+    use_cache = config.cache if config.cache is not None else source.size_bytes() >= config.cache_min_bytes
+    if not use_cache:
+        return build_split_arrays(source, tokenizer, config)
+    fields = {**source.identity(), "tokenizer": cache.tokenizer_fingerprint(tokenizer),
+              "seq_len": config.seq_len if config.block_mode != "stream" else None, "mode": config.block_mode}
+    return cache.load_or_build(fields, lambda: build_split_arrays(source, tokenizer, config), log=log)
+
+
 class TextDataModule(L.LightningDataModule):
-    """Random windows for training (step-indexed, resumable), tiled blocks for validation and test."""
+    """Training batches (step-indexed, resumable, rank-sliced) and evaluation blocks, in data.block_mode."""
 
     def __init__(self, config: DataConfig, tokenizer: Tokenizer, seed: int = 0):
         super().__init__()
         self.config, self.tokenizer, self.seed = config, tokenizer, seed
-        self.tokens: dict[str, np.ndarray] = {}
+        self.arrays: dict[str, dict[str, np.ndarray]] = {}
+        self.meta: dict[str, dict[str, Any]] = {}
 
     def check_files(self, splits=SPLITS) -> None:
         """Fail early (before any training) on a missing, empty or malformed file."""
         for split in splits:
-            self.split_tokens(split)
+            self.split_arrays(split)
+
+    def split_arrays(self, split: str) -> dict[str, np.ndarray]:
+        """{"tokens"} (stream) or {"blocks", "lengths"} (wrapped / padded) of a split, loaded once."""
+        if split not in self.arrays:
+            self.arrays[split], self.meta[split] = load_split_arrays(self.config, self.tokenizer, split)
+            if self.meta[split].get("truncated"):
+                print(f"seqdiff: {self.meta[split]['truncated']} of {self.meta[split]['documents']} {split} "
+                      f"documents truncated to data.seq_len={self.config.seq_len}", file=sys.stderr)
+        return self.arrays[split]
 
     def split_tokens(self, split: str) -> np.ndarray:
-        if split not in self.tokens:
-            self.tokens[split] = tokenize_file(split_path(self.config, split), self.tokenizer)
-        return self.tokens[split]
+        if self.config.block_mode != "stream":
+            raise ValueError(f"data.block_mode={self.config.block_mode}: splits are block tables, not streams")
+        return self.split_arrays(split)["tokens"]
 
     def train_dataloader(self) -> DataLoader:
         trainer = self.trainer
         start = trainer.global_step if trainer is not None else 0  # resume mid-run exactly
         rank, world = (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
-        data = RandomWindowBatches(self.split_tokens("train"), self.config.seq_len, self.config.batch_size,
-                                   self.seed, start_step=start, rank=rank, world_size=world)
+        if self.config.block_mode == "stream":
+            data = RandomWindowBatches(self.split_tokens("train"), self.config.seq_len, self.config.batch_size,
+                                       self.seed, start_step=start, rank=rank, world_size=world)
+        else:
+            arrays = self.split_arrays("train")
+            blocks, lengths = arrays["blocks"], arrays["lengths"]
+            if self.config.block_mode == "wrapped" and len(blocks) > 1 and lengths[-1] < self.config.seq_len:
+                blocks, lengths = blocks[:-1], lengths[:-1]  # train on full rows only (as MDLM drops the rest)
+            data = RandomBlockBatches(blocks, lengths, self.config.batch_size, self.seed, start_step=start,
+                                      rank=rank, world_size=world)
         return DataLoader(data, batch_size=None, num_workers=self.config.num_workers,
                           persistent_workers=self.config.num_workers > 0)
 
     def eval_dataloader(self, split: str) -> DataLoader:
-        data = TiledBlocks(self.split_tokens(split), self.config.seq_len, self.tokenizer.pad_id)
+        if self.config.block_mode == "stream":
+            data = TiledBlocks(self.split_tokens(split), self.config.seq_len, self.tokenizer.pad_id)
+        else:
+            arrays = self.split_arrays(split)
+            data = PackedBlocks(arrays["blocks"], arrays["lengths"])
         return DataLoader(data, batch_size=self.config.eval_batch_size, shuffle=False,
                           num_workers=self.config.num_workers)
 

@@ -1,7 +1,8 @@
 """Plain-text corpora on disk: reading one file, and finding the file of a split.
 
-A corpus is a folder with one file per split, `{split}.txt`, `{split}.txt.gz` or `{split}.jsonl` (one JSON
-object with a `text` field per line). Corpora shipped inside the package are named in `BUILTIN_CORPORA`
+A corpus is a folder with one file per split, `{split}.txt`, `{split}.txt.gz`, `{split}.jsonl` (one JSON
+object with a `text` field per line) or `{split}.parquet` (a string column `text`, one document per row).
+Corpora shipped inside the package are named in `BUILTIN_CORPORA`
 and described by a `manifest.json` beside their files (see `pipelines/make_shakespeare_slice.py`).
 
 Every problem with a file raises `DataFileError`, whose message names the file and what is wrong with it.
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import zlib
 from pathlib import Path
 
@@ -22,7 +24,7 @@ BUILTIN_CORPORA: dict[str, Path] = {
 """Corpora shipped with seqdiff, by name: the folder holding `{split}.txt.gz` and `manifest.json`."""
 
 # File names a user corpus folder may hold for a split, in the order they are looked for.
-SPLIT_FILE_PATTERNS = ("{split}.txt", "{split}.txt.gz", "{split}.jsonl")
+SPLIT_FILE_PATTERNS = ("{split}.txt", "{split}.txt.gz", "{split}.jsonl", "{split}.parquet")
 MANIFEST_NAME = "manifest.json"
 
 
@@ -40,6 +42,8 @@ def read_text_file(path: str | Path) -> str:
     """
     path = Path(path)
     kind = _file_kind(path)
+    if kind == "parquet":
+        return _joined(path, _parquet_documents(path))
     raw = _read_bytes(path)
     if kind == "txt.gz":
         raw = _gunzip(path, raw)
@@ -55,11 +59,66 @@ def read_text_file(path: str | Path) -> str:
     return text
 
 
+def read_documents(path: str | Path, documents: str = "paragraphs") -> list[str]:
+    """The documents of a file, in order; empty (whitespace-only) documents are left out.
+
+    Document boundaries: a `.jsonl` line / `.parquet` row is one document; in `.txt` / `.txt.gz` files a
+    document is a paragraph (text between blank lines, `documents="paragraphs"`) or a single non-blank
+    line (`documents="lines"`, e.g. LM1B's one sentence per line). Line breaks inside a paragraph are kept.
+    """
+    path = Path(path)
+    kind = _file_kind(path)
+    if kind == "parquet":
+        docs = _parquet_documents(path)
+    elif kind == "jsonl":
+        docs = _jsonl_documents(path, _decode_utf8(path, _read_bytes(path), decompressed=False))
+        docs = [d.replace("\r\n", "\n").replace("\r", "\n") for d in docs]
+    else:
+        text = read_text_file(path)
+        if documents == "lines":
+            docs = [line for line in text.split("\n") if line.strip()]
+        elif documents == "paragraphs":
+            docs = [p.strip("\n") for p in re.split(r"\n[ \t]*\n", text) if p.strip()]
+        else:
+            raise ValueError(f"data.documents={documents!r} is unknown; choose 'paragraphs' or 'lines'")
+    if not docs:
+        raise DataFileError(f"{path}: holds no documents (every document is empty)")
+    return docs
+
+
+def _joined(path: Path, documents: list[str]) -> str:
+    text = "\n\n".join(documents).replace("\r\n", "\n").replace("\r", "\n")
+    if not text.strip():
+        raise DataFileError(f"{path}: holds no text (every document is empty)")
+    return text
+
+
+def _parquet_documents(path: Path) -> list[str]:
+    if not path.is_file():
+        raise DataFileError(f"{path}: no such file")
+    try:
+        import pyarrow.parquet as pq
+    except ImportError as e:
+        raise DataFileError(f"{path}: reading .parquet files needs pyarrow (pip install pyarrow)") from e
+    try:
+        table = pq.read_table(path)
+    except Exception as e:  # pyarrow raises several types for a malformed file
+        raise DataFileError(f"{path}: not a readable parquet file ({e})") from e
+    if "text" not in table.column_names:
+        raise DataFileError(f"{path}: has no 'text' column (columns: {', '.join(table.column_names)})")
+    column = table.column("text")
+    import pyarrow as pa
+
+    if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
+        raise DataFileError(f"{path}: column 'text' holds {column.type}, not strings")
+    return [d for d in column.to_pylist() if d is not None and d.strip()]
+
+
 def corpus_split_path(name_or_path: str | Path, split: str) -> Path:
     """The file of `split` in a builtin corpus (by name) or in a user's corpus folder (by path).
 
     A builtin name gives `{folder}/{split}.txt.gz`. A folder must hold exactly one of `{split}.txt`,
-    `{split}.txt.gz`, `{split}.jsonl`.
+    `{split}.txt.gz`, `{split}.jsonl`, `{split}.parquet`.
     """
     if not isinstance(split, str) or not split or "/" in split or "\\" in split or split.startswith("."):
         raise DataFileError(f"split {split!r} is not a valid split name (e.g. 'train', 'valid', 'test')")
@@ -116,10 +175,10 @@ def load_manifest(name: str) -> dict:
 
 def _file_kind(path: Path) -> str:
     name = path.name.lower()
-    for kind in ("txt.gz", "txt", "jsonl"):
+    for kind in ("txt.gz", "txt", "jsonl", "parquet"):
         if name.endswith("." + kind):
             return kind
-    raise DataFileError(f"{path}: unsupported file type; expected a .txt, .txt.gz or .jsonl file")
+    raise DataFileError(f"{path}: unsupported file type; expected a .txt, .txt.gz, .jsonl or .parquet file")
 
 
 def _read_bytes(path: Path) -> bytes:

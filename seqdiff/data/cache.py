@@ -1,0 +1,133 @@
+"""Tokenized blocks cached on disk as memory-mapped numpy shards, keyed by what they were built from.
+
+    arrays = load_or_build(key_fields, build)     # build() -> ({name: array}, meta) on a miss
+
+Layout: `<data dir>/cache/<key>/` holds one `<name>.npy` shard per array and `manifest.json` (the key
+fields, and per shard its shape, dtype, size in bytes and sha256). The key is a hash of the key fields:
+the source's identity (path + size + mtime, or a dataset id and split), the tokenizer's fingerprint
+(a hash of its `to_dict()`), seq_len, the block mode and anything else that changes the result.
+
+Design choices
+- Written atomically: shards and manifest go into a temporary folder beside the final one, which is then
+  renamed into place; a crash leaves no half-written cache under the final name.
+- Verified on every load: a missing shard, a size or sha256 that differs from the manifest (a flipped
+  byte, a truncated file) makes the cache be rebuilt, with a message on stderr. It is never used silently.
+- Shards are opened with `np.load(mmap_mode="r")`, so a corpus larger than memory is paged in on demand.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from seqdiff.tokenizers.base import Tokenizer
+
+CACHE_VERSION = 1
+"""Bumped whenever the layout or the block construction changes, so old caches are not reused."""
+MANIFEST = "manifest.json"
+
+
+def cache_root() -> Path:
+    from seqdiff.data.fetch import data_dir
+
+    return data_dir() / "cache"
+
+
+def tokenizer_fingerprint(tokenizer: Tokenizer) -> str:
+    """sha256 of the tokenizer's serialized description (two tokenizers that encode alike share it)."""
+    return hashlib.sha256(json.dumps(tokenizer.to_dict(), sort_keys=True).encode()).hexdigest()
+
+
+def file_identity(path: str | Path) -> dict[str, Any]:
+    """A file's identity for cache keys: resolved path, size and modification time (ns)."""
+    path = Path(path).resolve()
+    stat = path.stat()
+    return {"path": str(path), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+
+
+def cache_key(fields: dict[str, Any]) -> str:
+    payload = json.dumps({"version": CACHE_VERSION, **fields}, sort_keys=True, default=str)
+    return hashlib.sha256(payload.encode()).hexdigest()[:24]
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 22):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _problems(folder: Path) -> list[str]:
+    """What is wrong with a cache folder (empty list: it is sound)."""
+    manifest_path = folder / MANIFEST
+    try:
+        manifest = json.loads(manifest_path.read_text())
+        shards = manifest["shards"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        return [f"{manifest_path}: unreadable manifest ({e})"]
+    problems = []
+    for name, info in shards.items():
+        path = folder / f"{name}.npy"
+        if not path.is_file():
+            problems.append(f"{path}: missing")
+        elif path.stat().st_size != info["bytes"]:
+            problems.append(f"{path}: {path.stat().st_size} bytes, manifest says {info['bytes']}")
+        elif _sha256(path) != info["sha256"]:
+            problems.append(f"{path}: sha256 does not match the manifest")
+    return problems
+
+
+def _open(folder: Path) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    manifest = json.loads((folder / MANIFEST).read_text())
+    arrays = {name: np.load(folder / f"{name}.npy", mmap_mode="r") for name in manifest["shards"]}
+    return arrays, manifest.get("meta", {})
+
+
+def _write(folder: Path, fields: dict[str, Any], arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> None:
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.tmp-", dir=folder.parent))
+    try:
+        shards = {}
+        for name, array in arrays.items():
+            path = tmp / f"{name}.npy"
+            np.save(path, np.ascontiguousarray(array))
+            shards[name] = {"shape": list(array.shape), "dtype": str(array.dtype), "bytes": path.stat().st_size,
+                            "sha256": _sha256(path)}
+        manifest = {"version": CACHE_VERSION, "key": fields, "meta": meta, "shards": shards}
+        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, default=str) + "\n")
+        if folder.exists():
+            shutil.rmtree(folder)
+        try:
+            os.rename(tmp, folder)
+        except OSError:
+            if not (folder.is_dir() and not _problems(folder)):  # not another process' sound copy
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def load_or_build(fields: dict[str, Any],
+                  build: Callable[[], tuple[dict[str, np.ndarray], dict[str, Any]]],
+                  root: str | Path | None = None,
+                  log: Callable[[str], None] | None = None) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """The cached arrays (memory-mapped) and meta for `fields`; built, written and reopened on a miss."""
+    log = log or (lambda message: print(message, file=sys.stderr))
+    folder = Path(root or cache_root()) / cache_key(fields)
+    if folder.exists():
+        problems = _problems(folder)
+        if not problems:
+            return _open(folder)
+        log(f"seqdiff: tokenized cache {folder} is corrupt ({'; '.join(problems)}); rebuilding it")
+    arrays, meta = build()
+    _write(folder, fields, arrays, meta)
+    return _open(folder)
