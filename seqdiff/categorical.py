@@ -3,6 +3,9 @@
 Gumbel-max in float64: with float32 (or bf16) Gumbel noise the largest logits win too often, which lowers
 sample entropy and flatters generative perplexity (Zheng et al. 2024, "Masked diffusion models are secretly
 time-agnostic masked models and exploit inaccurate categorical sampling").
+
+Nucleus (top-p) sampling (Holtzman et al. 2020) keeps the smallest set of tokens whose mass reaches p and
+renormalizes; ties in probability are broken toward the lower token id, so the set is deterministic.
 """
 
 from __future__ import annotations
@@ -20,11 +23,32 @@ def sample_categorical(probs: Tensor, generator: torch.Generator | None = None) 
     return (probs / exp_noise).argmax(dim=-1)
 
 
-def probs_from_logits(logits: Tensor, temperature: float = 1.0) -> Tensor:
-    """Softmax in float64 with temperature (temperature 0 is greedy: a one-hot on the argmax)."""
+def top_p_filter(probs: Tensor, top_p: float = 1.0) -> Tensor:
+    """Nucleus filter on float64 probabilities (..., V): the smallest set of tokens whose mass reaches
+    `top_p`, renormalized; everything else gets zero. Rows need not be normalized (mass is relative to the
+    row sum). Ties are broken toward the lower token id. top_p = 1 returns `probs` unchanged."""
+    if not 0.0 < top_p <= 1.0:
+        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+    probs = probs.to(torch.float64)
+    if top_p == 1.0:
+        return probs
+    probs = probs / probs.sum(-1, keepdim=True)
+    # stable descending sort: equal probabilities keep index order, so the lower id comes first
+    sorted_p, order = torch.sort(probs, dim=-1, descending=True, stable=True)  # (..., V)
+    cum = sorted_p.cumsum(-1)
+    mass_before = torch.cat([torch.zeros_like(cum[..., :1]), cum[..., :-1]], dim=-1)  # mass ranked above
+    keep_sorted = mass_before < top_p  # a token is needed while the mass so far is below p
+    keep = torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)
+    kept = torch.where(keep, probs, torch.zeros_like(probs))
+    return kept / kept.sum(-1, keepdim=True)
+
+
+def probs_from_logits(logits: Tensor, temperature: float = 1.0, top_p: float = 1.0) -> Tensor:
+    """Softmax in float64 with temperature (temperature 0 is greedy: a one-hot on the argmax), then the
+    nucleus filter when top_p < 1."""
     logits = logits.to(torch.float64)
     if temperature < 0:
         raise ValueError(f"temperature must be >= 0, got {temperature}")
     if temperature == 0:
         return torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).to(torch.float64)
-    return torch.softmax(logits / temperature, dim=-1)
+    return top_p_filter(torch.softmax(logits / temperature, dim=-1), top_p)

@@ -111,13 +111,60 @@ def cmd_eval(args: argparse.Namespace) -> int:
 def cmd_sample(args: argparse.Namespace) -> int:
     from seqdiff.checkpoint import load_checkpoint
     from seqdiff.config import SampleConfig
-    from seqdiff.evaluation.generate import format_samples, generate, write_atomically
+    from seqdiff.evaluation.generate import (
+        format_samples,
+        generate,
+        given_from_infill,
+        given_from_prompt,
+        length_distribution,
+        write_atomically,
+    )
+    from seqdiff.samplers import SamplerError
 
+    if args.length is not None and args.seq_len is not None and args.length != args.seq_len:
+        raise SamplerError("--length and --seq-len disagree; give one of them")
+    infill = args.infill
+    if args.infill_file is not None:
+        if infill is not None:
+            raise SamplerError("give --infill or --infill-file, not both")
+        try:
+            infill = Path(args.infill_file).read_text()
+        except OSError as e:
+            raise SamplerError(f"cannot read --infill-file {args.infill_file}: {e}") from e
+    if args.prompt is not None and infill is not None:
+        raise SamplerError("give --prompt or --infill, not both (an infill text may start with the prompt)")
+    if (args.oracle or args.reference) and not args.metrics:
+        args.metrics = True
     model = load_checkpoint(args.checkpoint, device=args.device, use_ema=not args.no_ema)
+    length = args.length or args.seq_len
+    given = None
+    if args.prompt is not None:
+        given = given_from_prompt(model.tokenizer, args.prompt, length or model.seq_len)
+    elif infill is not None:
+        if args.infill_file is not None:  # DNA: FASTA-like, lines joined; text: the file less its final newline
+            infill = ("".join(line.strip() for line in infill.splitlines() if not line.startswith(">"))
+                      if model.tokenizer.unit == "base" else infill.rstrip("\n"))
+        if model.method.causal:
+            raise SamplerError(f"--infill needs a diffusion model; this {model.method.name!r} model takes a "
+                               "--prompt (prefix) only")
+        given = given_from_infill(model.tokenizer, infill, length)
+    if given is not None:
+        length = given.shape[-1]
+    oracle = reference = None
+    if args.oracle:
+        from seqdiff.evaluation.metrics import load_oracle
+
+        try:
+            oracle = load_oracle(args.oracle, device=args.device)
+        except (OSError, ValueError, ImportError) as e:
+            raise SamplerError(f"--oracle {args.oracle}: {e}") from e
+    if args.reference:
+        reference = _read_reference(args.reference)
     cfg = SampleConfig(sampler=args.sampler, steps=args.steps, num_samples=args.num_samples,
-                       batch_size=args.batch_size, seq_len=args.seq_len, temperature=args.temperature,
-                       seed=args.seed)
-    gen = generate(model, cfg, progress=True)
+                       batch_size=args.batch_size, seq_len=length, temperature=args.temperature,
+                       seed=args.seed, top_p=args.top_p, stop_at_eos=args.stop_at_eos, overlap=args.overlap,
+                       semi_ar=args.length is not None or infill is not None)
+    gen = generate(model, cfg, progress=True, given=given)
     fasta = args.format == "fasta" or (args.format == "auto" and model.tokenizer.unit == "base")
     text = format_samples(gen, fasta=fasta)
     if args.out:
@@ -125,10 +172,33 @@ def cmd_sample(args: argparse.Namespace) -> int:
         print(f"written: {args.out}", file=sys.stderr)
     else:
         sys.stdout.write(text)
+    if args.metrics:
+        from seqdiff.evaluation.metrics import generation_metrics
+
+        metrics = generation_metrics(gen.tokens, gen.texts, dna=model.tokenizer.unit == "base",
+                                     reference=reference, oracle=oracle)
+        metrics.update({f"length_{k}": v for k, v in length_distribution(gen.lengths).items()})
+        print("metrics:")
+        for key, value in metrics.items():
+            print(f"  {key:<28} {value:.4f}" if isinstance(value, float) else f"  {key:<28} {value}")
     n_tok = sum(len(t) for t in gen.tokens)
     print(f"{len(gen.tokens)} samples, {n_tok / gen.seconds:.1f} tokens/s, {gen.denoiser_calls} denoiser calls "
           f"({gen.sampler} sampler)", file=sys.stderr)
     return 0
+
+
+def _read_reference(path: str) -> str:
+    """A reference DNA sequence for --reference: FASTA (headers dropped, records joined) or plain text."""
+    from seqdiff.samplers import SamplerError
+
+    try:
+        raw = Path(path).read_text()
+    except OSError as e:
+        raise SamplerError(f"cannot read --reference {path}: {e}") from e
+    seq = "".join(line.strip() for line in raw.splitlines() if not line.startswith(">"))
+    if not seq:
+        raise SamplerError(f"--reference {path} holds no sequence")
+    return seq
 
 
 # ---------------------------------------------------------------------------------------------- export
@@ -224,6 +294,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--temperature", type=float, default=1.0)
     p.add_argument("--format", choices=["auto", "text", "fasta"], default="auto")
     p.add_argument("--out", help="write samples to this file instead of stdout")
+    p.add_argument("--length", type=int, default=None,
+                   help="tokens per sample; beyond the model's context, semi-autoregressive blocks (diffusion)")
+    p.add_argument("--overlap", type=int, default=None,
+                   help="semi-AR: tokens of each block that condition the next (default: half a block)")
+    p.add_argument("--prompt", help="prefix every sample starts with (characters of the model's alphabet)")
+    p.add_argument("--infill", help="text with masked spans to fill: runs of '_' (text) or 'N' (DNA), one per "
+                                    "token; diffusion models only")
+    p.add_argument("--infill-file", help="read the --infill text from this file (DNA: lines joined, '>' headers "
+                                         "skipped; text: as is, less the final newline)")
+    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass in (0, 1] (MDLM, AR)")
+    p.add_argument("--stop-at-eos", action="store_true", help="cut each sample at its first EOS")
+    p.add_argument("--metrics", action="store_true",
+                   help="print entropy, distinct-n, repetition, lengths (and GC / k-mer distance for DNA)")
+    p.add_argument("--oracle", help="causal LM for generative perplexity: a seqdiff AR run / checkpoint or a "
+                                    "Hugging Face causal LM directory (implies --metrics)")
+    p.add_argument("--reference", help="DNA reference (FASTA or plain) for GC and k-mer distances (implies "
+                                       "--metrics)")
     p.set_defaults(func=cmd_sample)
 
     p = sub.add_parser("export", help="write a checkpoint as a Hugging Face model directory (config.json, "

@@ -1,4 +1,13 @@
-"""Generate sequences from a loaded checkpoint and write them as text or FASTA."""
+"""Generate sequences from a loaded checkpoint and write them as text or FASTA.
+
+- Length: up to the model's context in one block; longer (`seq_len` > context, with `semi_ar`) in
+  overlapping blocks (seqdiff.samplers.mdlm_semi_ar), for any sampler that accepts `given` conditioning.
+- Conditioning: `given` (L,) or (B, L) with -1 at free positions; `given_from_prompt` / `given_from_infill`
+  build it from text. Infill placeholders: `_` for character models, `N` for DNA (so N cannot be given as a
+  base), `_` for BPE models, where each `_` is one masked token.
+- Variable length: with `stop_at_eos` each sample is cut at its first EOS (EOS and what follows dropped);
+  `Generation.lengths` holds the lengths and `length_distribution` summarizes them.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +20,9 @@ import torch
 
 from seqdiff.checkpoint import LoadedModel
 from seqdiff.config import SampleConfig
-from seqdiff.samplers import build_sampler
+from seqdiff.samplers import SamplerError, build_sampler
+from seqdiff.samplers.mdlm_semi_ar import generate_semi_ar
+from seqdiff.tokenizers.base import Tokenizer, TokenizerError
 
 
 @dataclass
@@ -21,17 +32,106 @@ class Generation:
     seconds: float
     denoiser_calls: int
     sampler: str
+    lengths: list[int] | None = None
+    """Length of each sample in tokens (after EOS truncation when asked)."""
+
+
+def placeholder_char(tokenizer: Tokenizer) -> str:
+    """The character that marks a masked position in infill text: N for DNA, `_` otherwise."""
+    return "N" if tokenizer.unit == "base" else "_"
+
+
+def encode_strict(tokenizer: Tokenizer, text: str) -> list[int]:
+    """Token ids of `text`; for character / base tokenizers every character must be in the alphabet (a
+    prompt is not silently normalized: `!` is refused, not turned into a space; case is free)."""
+    if tokenizer.unit is not None:
+        def known(c: str) -> bool:
+            try:
+                return tokenizer.decode(tokenizer.encode(c)).lower() == c.lower()
+            except TokenizerError:
+                return False
+
+        bad = sorted({c for c in text if not known(c)})
+        if bad:
+            raise SamplerError(f"characters outside the tokenizer's alphabet: {''.join(bad)!r} "
+                               f"(alphabet: {''.join(tokenizer.symbols)!r})")
+    try:
+        return [int(i) for i in tokenizer.encode(text)]
+    except TokenizerError as e:
+        raise SamplerError(str(e)) from e
+
+
+def given_from_prompt(tokenizer: Tokenizer, prompt: str, length: int) -> torch.Tensor:
+    """(length,) conditioning: the prompt's ids first, -1 after them."""
+    ids = encode_strict(tokenizer, prompt)
+    if len(ids) > length:
+        raise SamplerError(f"the prompt is {len(ids)} tokens long, longer than the sample length {length}")
+    given = torch.full((length,), -1, dtype=torch.long)
+    given[: len(ids)] = torch.tensor(ids, dtype=torch.long)
+    return given
+
+
+def given_from_infill(tokenizer: Tokenizer, text: str, length: int | None = None) -> torch.Tensor:
+    """Conditioning from text whose masked positions are `placeholder_char` (one per masked token). Its length
+    is the text's; a longer `length` leaves the tail free too."""
+    mark = placeholder_char(tokenizer)
+    ids: list[int] = []
+    segment = ""
+    for c in text:
+        if c != mark:
+            segment += c
+            continue
+        if segment:
+            ids.extend(encode_strict(tokenizer, segment))
+            segment = ""
+        ids.append(-1)
+    if segment:
+        ids.extend(encode_strict(tokenizer, segment))
+    length = len(ids) if length is None else length
+    if len(ids) > length:
+        raise SamplerError(f"the infill text is {len(ids)} tokens long, longer than the sample length {length}")
+    if -1 not in ids and length == len(ids):
+        raise SamplerError(f"the infill text has no masked position (mark them with {mark!r})")
+    return torch.tensor(ids + [-1] * (length - len(ids)), dtype=torch.long)
+
+
+def truncate_at_eos(tokens: torch.Tensor, eos_id: int) -> torch.Tensor:
+    """(L,) -> (l,): the tokens before the first EOS (all of them when there is none)."""
+    hits = torch.nonzero(tokens == eos_id).flatten()
+    return tokens[: int(hits[0])] if len(hits) else tokens
+
+
+def length_distribution(lengths: list[int]) -> dict[str, float]:
+    """Summary of sample lengths: count, min, max, mean, median, std (population)."""
+    t = torch.tensor(lengths, dtype=torch.float64)
+    return {"count": len(lengths), "min": float(t.min()), "max": float(t.max()), "mean": float(t.mean()),
+            "median": float(t.median()), "std": float(t.std(unbiased=False))}
 
 
 @torch.no_grad()
-def generate(model: LoadedModel, cfg: SampleConfig, progress: bool = False) -> Generation:
-    """`cfg.num_samples` sequences in batches of `cfg.batch_size`, all draws from one seeded generator."""
+def generate(model: LoadedModel, cfg: SampleConfig, progress: bool = False,
+             given: torch.Tensor | None = None) -> Generation:
+    """`cfg.num_samples` sequences in batches of `cfg.batch_size`, all draws from one seeded generator.
+
+    `given` ((L,) or (num_samples, L), -1 at free positions) conditions the samples; its length is the sample
+    length when `cfg.seq_len` is unset. With `cfg.semi_ar`, lengths beyond the model's context are generated in
+    blocks of the training length, overlapping by `cfg.overlap` tokens (default: half a block)."""
     if cfg.num_samples < 1 or cfg.batch_size < 1:
         raise ValueError("sample.num_samples and sample.batch_size must be >= 1")
-    seq_len = cfg.seq_len or model.seq_len
+    seq_len = cfg.seq_len or (given.shape[-1] if given is not None else model.seq_len)
     sampler = build_sampler(cfg.sampler, model.method, model.backbone, steps=cfg.steps,
-                            temperature=cfg.temperature)
-    sampler.check_length(seq_len)
+                            temperature=cfg.temperature, top_p=cfg.top_p)
+    context = model.backbone.config.max_seq_len
+    block_len = min(model.seq_len, context)
+    semi_ar = cfg.semi_ar and seq_len > context
+    if not semi_ar:
+        sampler.check_length(seq_len)
+    overlap = cfg.overlap if cfg.overlap is not None else block_len // 2
+    if given is not None:
+        given = torch.as_tensor(given).long()
+        if given.shape[-1] != seq_len:
+            raise SamplerError(f"the conditioning is {given.shape[-1]} tokens long but the sample length is "
+                               f"{seq_len}")
     device = next(model.backbone.parameters()).device
     generator = torch.Generator(device).manual_seed(cfg.seed)
     tokens, calls = [], 0
@@ -43,12 +143,21 @@ def generate(model: LoadedModel, cfg: SampleConfig, progress: bool = False) -> G
         batches = tqdm(batches, desc=f"sample ({sampler.name})", unit="batch")
     for first in batches:
         n = min(cfg.batch_size, cfg.num_samples - first)
-        out = sampler.generate(n, seq_len, generator)
+        g = None if given is None else (given if given.ndim == 1 else given[first : first + n])
+        if semi_ar:
+            out = generate_semi_ar(sampler, n, seq_len, block_len, overlap, generator, given=g)
+        elif g is not None:
+            out = sampler.generate(n, seq_len, generator, given=g)
+        else:
+            out = sampler.generate(n, seq_len, generator)
         tokens.extend(out.tokens.cpu())
         calls += out.num_denoiser_calls
     seconds = time.perf_counter() - start
+    if cfg.stop_at_eos:
+        tokens = [truncate_at_eos(t, model.tokenizer.eos_id) for t in tokens]
     texts = [model.tokenizer.decode(t) for t in tokens]
-    return Generation(tokens=tokens, texts=texts, seconds=seconds, denoiser_calls=calls, sampler=sampler.name)
+    return Generation(tokens=tokens, texts=texts, seconds=seconds, denoiser_calls=calls, sampler=sampler.name,
+                      lengths=[len(t) for t in tokens])
 
 
 def format_samples(gen: Generation, fasta: bool) -> str:

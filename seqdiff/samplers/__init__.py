@@ -7,6 +7,7 @@ from seqdiff.samplers.base import SampleOutput, Sampler, SamplerError
 from seqdiff.samplers.d3pm_ancestral import D3PMAncestralSampler
 from seqdiff.samplers.mdlm_ancestral import MDLMAncestralSampler
 from seqdiff.samplers.mdlm_cached import MDLMCachedSampler
+from seqdiff.samplers.mdlm_semi_ar import generate_semi_ar
 from seqdiff.samplers.sedd_analytic import SEDDAnalyticSampler
 from seqdiff.samplers.sedd_euler import SEDDEulerSampler
 
@@ -19,16 +20,17 @@ SAMPLERS: dict[str, type[Sampler]] = {
 DEFAULT_SAMPLER = {"mdlm": "cached", "ar": "ar", "sedd": "analytic", "d3pm": "d3pm"}
 
 
-def build_sampler(name: str | None, method, backbone, steps: int, temperature: float = 1.0) -> Sampler:
+def build_sampler(name: str | None, method, backbone, steps: int, temperature: float = 1.0,
+                  top_p: float = 1.0) -> Sampler:
     """Sampler by name; None picks the method's default (DEFAULT_SAMPLER: cached for MDLM, KV-cached for AR,
-    analytic for SEDD, ancestral for D3PM)."""
+    analytic for SEDD, ancestral for D3PM). top_p < 1 (nucleus) is for the MDLM and AR samplers."""
     if name is None:
         name = DEFAULT_SAMPLER.get(method.name)
     if name not in SAMPLERS:
         raise SamplerError(f"sample.sampler={name!r} is unknown; choose one of {sorted(SAMPLERS)}")
-    return SAMPLERS[name](method, backbone, steps=steps, temperature=temperature)
+    return SAMPLERS[name](method, backbone, steps=steps, temperature=temperature, top_p=top_p)
 
 
 __all__ = ["DEFAULT_SAMPLER", "SAMPLERS", "ARSampler", "D3PMAncestralSampler", "MDLMAncestralSampler",
            "MDLMCachedSampler", "SEDDAnalyticSampler", "SEDDEulerSampler", "SampleOutput", "Sampler", "SamplerError",
-           "build_sampler"]
+           "build_sampler", "generate_semi_ar"]

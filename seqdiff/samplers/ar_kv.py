@@ -1,29 +1,50 @@
-"""Autoregressive sampling with a KV cache: each new token costs one single-position forward pass."""
+"""Autoregressive sampling with a KV cache: each new token costs one single-position forward pass.
+
+Conditioning: a prefix prompt only, as `given` (B, L) or (L,) long with the prompt's token ids at the first
+positions of a row and -1 after them (the convention of the diffusion samplers; rows may have prompts of
+different lengths). Prompt tokens are fed through the cache one at a time and never changed; a `given` with
+a fixed token after a free one (infilling) is refused, since a left-to-right model cannot condition on the
+future.
+"""
 
 from __future__ import annotations
 
 import torch
+from torch import Tensor
 
 from seqdiff.categorical import probs_from_logits, sample_categorical
-from seqdiff.samplers.base import SampleOutput, Sampler
+from seqdiff.samplers.base import SampleOutput, Sampler, SamplerError
 
 
 class ARSampler(Sampler):
     name = "ar"
     methods = ("ar",)
+    supports_top_p = True
 
-    def __init__(self, method, backbone, steps: int = 1, temperature: float = 1.0):
-        super().__init__(method, backbone, steps=max(steps, 1), temperature=temperature)
+    def __init__(self, method, backbone, steps: int = 1, temperature: float = 1.0, top_p: float = 1.0):
+        super().__init__(method, backbone, steps=max(steps, 1), temperature=temperature, top_p=top_p)
 
     @torch.no_grad()
-    def generate(self, batch_size: int, seq_len: int, generator: torch.Generator | None = None) -> SampleOutput:
+    def generate(self, batch_size: int, seq_len: int, generator: torch.Generator | None = None,
+                 given: Tensor | None = None) -> SampleOutput:
         self.check_length(seq_len)
         device = next(self.backbone.parameters()).device
+        given = self.check_given(given, batch_size, seq_len, self.method.vocab_size, device)
+        fixed = None
+        if given is not None:
+            fixed = given >= 0  # (B, L)
+            # a prefix: once a position is free, every later one is free too
+            if (fixed[:, 1:] & ~fixed[:, :-1]).any():
+                raise SamplerError("the AR sampler accepts a prefix prompt only (given tokens at the start of "
+                                   "each row); infilling needs a diffusion model (MDLM or SEDD)")
         cache = self.backbone.new_kv_cache(batch_size, seq_len, device=device)
         tokens = torch.full((batch_size, 1), self.method.bos_id, dtype=torch.long, device=device)  # (B, 1)
         out = torch.empty((batch_size, seq_len), dtype=torch.long, device=device)
         for i in range(seq_len):
             logits = self.backbone(tokens, kv_cache=cache)[:, -1]  # (B, V)
-            out[:, i] = sample_categorical(probs_from_logits(logits, self.temperature), generator)
+            probs = probs_from_logits(logits, self.temperature, self.top_p)
+            out[:, i] = sample_categorical(probs, generator)
+            if fixed is not None:
+                out[:, i] = torch.where(fixed[:, i], given[:, i], out[:, i])
             tokens = out[:, i : i + 1]
         return SampleOutput(tokens=out, num_denoiser_calls=seq_len)

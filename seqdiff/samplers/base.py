@@ -26,14 +26,19 @@ class SampleOutput:
     """(B, L) generated token ids."""
     num_denoiser_calls: int
     """How many times the backbone ran (per batch), the cost that caching saves."""
+    blocks: list[Tensor] | None = None
+    """Semi-autoregressive generation only: each block as its sampler produced it, overlap included."""
 
 
 class Sampler(ABC):
     name: ClassVar[str]
     methods: ClassVar[tuple[str, ...]]
     """Method names this sampler can drive."""
+    supports_top_p: ClassVar[bool] = False
+    """Whether the sampler draws tokens from an explicit categorical that nucleus filtering applies to."""
 
-    def __init__(self, method: Method, backbone: nn.Module, steps: int = 128, temperature: float = 1.0):
+    def __init__(self, method: Method, backbone: nn.Module, steps: int = 128, temperature: float = 1.0,
+                 top_p: float = 1.0):
         if method.name not in self.methods:
             raise SamplerError(
                 f"sampler {self.name!r} cannot drive a {method.name!r} model; it works with {list(self.methods)}"
@@ -42,8 +47,13 @@ class Sampler(ABC):
             raise SamplerError(f"sample.steps must be >= 1, got {steps}")
         if temperature < 0:
             raise SamplerError(f"sample.temperature must be >= 0, got {temperature}")
+        if not 0.0 < top_p <= 1.0:
+            raise SamplerError(f"sample.top_p must be in (0, 1], got {top_p}")
+        if top_p < 1.0 and not (self.supports_top_p and getattr(method, "subs", True)):
+            raise SamplerError(f"sample.top_p={top_p}: sampler {self.name!r} supports only top_p=1 "
+                               "(nucleus sampling is available for the MDLM (SUBS) and AR samplers)")
         self.method, self.backbone = method, backbone
-        self.steps, self.temperature = steps, temperature
+        self.steps, self.temperature, self.top_p = steps, temperature, top_p
         self.check_compatible()
 
     def check_compatible(self) -> None:
@@ -54,6 +64,22 @@ class Sampler(ABC):
         max_len = self.backbone.config.max_seq_len
         if seq_len > max_len:
             raise SamplerError(f"sample.seq_len={seq_len} exceeds the model's max_seq_len={max_len}")
+
+    @staticmethod
+    def check_given(given: Tensor | None, batch_size: int, seq_len: int, vocab_size: int, device) -> Tensor | None:
+        """Conditioning as (B, L) long on `device`: a token id where the token is given, -1 where it is free.
+        Accepts (B, L) or (L,) (the same for every row)."""
+        if given is None:
+            return None
+        given = torch.as_tensor(given, device=device).long()
+        if given.ndim == 1:
+            given = given.expand(batch_size, -1)
+        if given.shape != (batch_size, seq_len):
+            raise SamplerError(f"given must have shape ({batch_size}, {seq_len}) or ({seq_len},), "
+                               f"got {tuple(given.shape)}")
+        if ((given < -1) | (given >= vocab_size)).any():
+            raise SamplerError(f"given holds ids outside [-1, {vocab_size}): use -1 for free positions")
+        return given
 
     @abstractmethod
     @torch.no_grad()

@@ -4,6 +4,14 @@ Each step calls the denoiser once on x_t and draws x_s ~ q(x_s | x_t, x_theta(x_
 eq. 7). The time grid is uniform in t and ends at s = 0, where alpha(0) = 1 reveals every token for the
 log-linear schedule; for schedules with alpha(0) < 1 a final noise-removal step fills any MASK left with
 its most likely token.
+
+Conditioning (prefix prompt or infilling at any positions): `given` (B, L) or (L,) long, -1 at free
+positions and a token id where the token is given (the SEDD samplers' convention). Given positions start
+unmasked; the reverse step never changes an unmasked token, so they are never changed and the denoiser sees
+them as clean context at every step. With an exact denoiser this samples the exact conditional of the free
+positions given the fixed ones (for any subset of positions, not only prefixes).
+
+Decoding controls: temperature and nucleus (top-p) filtering apply to x_theta before each reveal.
 """
 
 from __future__ import annotations
@@ -11,27 +19,40 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from seqdiff.samplers.base import SampleOutput, Sampler
+from seqdiff.categorical import top_p_filter
+from seqdiff.samplers.base import SampleOutput, Sampler, SamplerError
 
 
 class MDLMAncestralSampler(Sampler):
     name = "ancestral"
     methods = ("mdlm",)
+    supports_top_p = True
 
     def time_grid(self, device) -> Tensor:
         """(steps + 1,) times from 1 to 0."""
         return torch.linspace(1.0, 0.0, self.steps + 1, device=device, dtype=torch.float64)
 
+    def denoise_fresh(self, xt: Tensor, t: Tensor) -> Tensor:
+        """x_theta(x_t) as float64 (B, L, V), with temperature and the nucleus filter applied."""
+        probs = self.method.denoise(self.backbone, xt, t.float(), self.temperature)
+        return top_p_filter(probs, self.top_p) if self.top_p < 1.0 else probs
+
     def denoise(self, xt: Tensor, t: Tensor, cache: dict) -> tuple[Tensor, int]:
         """x_theta(x_t) and the number of backbone calls it took (overridden by the cached sampler)."""
-        return self.method.denoise(self.backbone, xt, t.float(), self.temperature), 1
+        return self.denoise_fresh(xt, t), 1
 
     @torch.no_grad()
-    def generate(self, batch_size: int, seq_len: int, generator: torch.Generator | None = None) -> SampleOutput:
+    def generate(self, batch_size: int, seq_len: int, generator: torch.Generator | None = None,
+                 given: Tensor | None = None) -> SampleOutput:
         self.check_length(seq_len)
         device = next(self.backbone.parameters()).device
         method = self.method
+        given = self.check_given(given, batch_size, seq_len, method.vocab_size, device)
         x = torch.full((batch_size, seq_len), method.mask_id, dtype=torch.long, device=device)  # (B, L)
+        if given is not None:
+            if (given == method.mask_id).any():
+                raise SamplerError("given holds the MASK id; use -1 for free positions")
+            x = torch.where(given >= 0, given, x)  # given tokens start revealed and stay so
         grid = self.time_grid(device)
         calls, cache, probs = 0, {}, None
         for i in range(self.steps):
