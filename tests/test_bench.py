@@ -1,0 +1,109 @@
+"""`seqdiff bench` at a tiny shape: it runs end to end and writes the documented report (no timing asserted)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from pipelines.bench import TRAIN_MODELS, expected_cached_speedup, main
+from seqdiff.config import MethodConfig
+from seqdiff.methods import MDLM
+
+TINY = ["--preset", "test", "--seq-len", "16", "--batch-size", "2", "--repeats", "2", "--steps-per-repeat", "1",
+        "--warmup", "1", "--sample-batches", "1,2", "--sample-repeats", "1", "--matmul-size", "64",
+        "--threads", "1"]
+
+
+@pytest.fixture
+def keep_threads():
+    n = torch.get_num_threads()
+    yield
+    torch.set_num_threads(n)
+
+
+def test_bench_writes_json_and_markdown(tmp_path, keep_threads, capsys):
+    argv = [*TINY, "--out", str(tmp_path)]
+    assert main(argv) == 0
+    data = json.loads((tmp_path / "bench.json").read_text())
+    assert data["command"] == "seqdiff bench " + " ".join(argv)
+
+    assert set(data["train_tokens_per_s"]) == set(TRAIN_MODELS)
+    assert {"seqdiff_bidirectional", "hf_bert", "seqdiff_causal", "hf_gpt2"} <= set(data["train_tokens_per_s"])
+    assert all(v > 0 for v in data["train_tokens_per_s"].values())
+    for name, spread in data["train_tokens_per_s_spread"].items():
+        assert spread["n"] == 2 and spread["min"] <= spread["median"] <= spread["max"], name
+    assert set(data["ratio_vs_hf"]) == {"bidirectional", "causal"}
+    assert set(data["ratio_vs_hf_same_activation"]) == {"bidirectional", "causal"}
+    assert set(data["ratio_vs_hf_best_of_rounds"]) == {"bidirectional", "causal"}
+    assert all(v > 0 for v in data["ratio_vs_hf"].values())
+
+    assert data["matmul_flops_per_s"] > 0
+    assert set(data["matmul_fraction"]) == {"seqdiff_bidirectional", "seqdiff_causal"}
+    assert all(v > 0 for v in data["matmul_fraction"].values())
+    assert set(data["flops_per_token"]) == {"seqdiff_bidirectional", "seqdiff_causal"}
+    assert set(data["params"]) == set(TRAIN_MODELS)
+    # Untied GPT-2 and the causal DiT have (nearly) the same number of parameters.
+    assert abs(data["params"]["hf_gpt2"] / data["params"]["seqdiff_causal"] - 1) < 0.1
+    assert set(data["profile"]) == set(TRAIN_MODELS)
+    assert all(p["ms"]["matmul"] > 0 for p in data["profile"].values())
+
+    assert set(data["sample_tokens_per_s"]) == {"mdlm_uncached", "mdlm_cached", "ar_kv"}
+    for sampler, per_batch in data["sample_tokens_per_s"].items():
+        assert set(per_batch) == {"1", "2"}, sampler
+        assert all(v > 0 for v in per_batch.values())
+    assert data["sample_denoiser_calls"]["mdlm_uncached"] == {"1": 16, "2": 16}
+    assert data["sample_denoiser_calls"]["mdlm_cached"]["1"] <= 16
+    assert set(data["cached_speedup"]) == {"1", "2"}
+    assert set(data["cached_speedup_target_met"]) == {"1", "2"}
+
+    assert set(data["peak_memory_mb"]) == set(TRAIN_MODELS)
+    assert all(v >= 0 for v in data["peak_memory_mb"].values())
+    assert isinstance(data["peak_memory_method"], str) and data["peak_memory_method"]
+    for key in ("torch", "transformers", "device", "threads", "date", "config", "load_average", "elapsed_s"):
+        assert key in data, key
+    assert data["threads"] == 1
+    assert data["config"]["seq_len"] == 16 and data["config"]["preset"] == "test"
+
+    md = (tmp_path / "bench.md").read_text()
+    assert md.startswith("# seqdiff bench") and data["command"] in md
+    assert "| seqdiff_bidirectional |" in md and "**Matmul fraction.**" in md
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bench.json", "bench.md"]  # no temporary files left
+    assert "| hf_gpt2 |" in capsys.readouterr().out
+
+
+def test_bench_help_and_bad_arguments(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["--help"])
+    assert e.value.code == 0
+    assert "--sample-batches" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as e:
+        main(["--sample-batches", "1,x"])
+    assert e.value.code == 2
+    with pytest.raises(SystemExit) as e:
+        main(["--vocab-size", "4"])
+    assert e.value.code == 2
+
+
+def test_expected_cached_speedup_matches_simulated_reveals():
+    """The bound quoted in bench.md: rows recomputed by the cached sampler, from MDLM's own reverse steps."""
+    T = L = 8
+    rows = 4000
+    vocab = type("V", (), {"vocab_size": 6, "bos_id": 2, "eos_id": 3, "pad_id": 4, "mask_id": 5})()
+    mdlm = MDLM(MethodConfig(name="mdlm"), vocab)
+    gen = torch.Generator().manual_seed(0)
+    probs = torch.full((rows, L, 6), 0.25, dtype=torch.float64)
+    probs[..., 4:] = 0
+    x = torch.full((rows, L), vocab.mask_id)
+    grid = torch.linspace(1.0, 0.0, T + 1, dtype=torch.float64)
+    computed = torch.ones(rows)  # the first step always runs the denoiser
+    for i in range(T):
+        xs = mdlm.reverse_step(probs, x, grid[i].expand(rows), grid[i + 1].expand(rows), gen)
+        if i + 1 < T:
+            computed += (xs != x).any(dim=-1).double()
+        x = xs
+    assert (x != vocab.mask_id).all()
+    simulated = T / computed.mean().item()
+    assert simulated == pytest.approx(expected_cached_speedup(T, L), rel=0.03)
+    assert expected_cached_speedup(1024, 1024) == pytest.approx(1 / (1 - torch.e**-1), rel=0.01)
