@@ -35,7 +35,28 @@ def rank_slice(global_batch: int, rank: int, world_size: int) -> slice:
     return slice(rank * per_rank, (rank + 1) * per_rank)
 
 
-class RandomWindowBatches(IterableDataset):
+class StepIndexedBatches(IterableDataset):
+    """An endless stream of batches where batch k is `batch_at(k)`, a function of (seed, k) only.
+
+    Iteration starts at `start_step` (so a resumed run continues where it stopped); with DataLoader
+    workers, worker w yields steps w, w + W, ... and the DataLoader interleaves them back into step order.
+    """
+
+    start_step: int = 0
+
+    def batch_at(self, step: int) -> dict[str, torch.Tensor]:
+        raise NotImplementedError
+
+    def __iter__(self):
+        info = get_worker_info()
+        worker, workers = (info.id, info.num_workers) if info else (0, 1)
+        step = self.start_step + worker  # workers take turns; the DataLoader interleaves them in order
+        while True:
+            yield self.batch_at(step)
+            step += workers
+
+
+class RandomWindowBatches(StepIndexedBatches):
     """Yields {"input_ids": (B, L)} batches of windows at uniformly random offsets, from `start_step` on.
 
     `batch_size` is the global batch; with several processes each takes its `rank_slice` of the same
@@ -56,13 +77,6 @@ class RandomWindowBatches(IterableDataset):
         index = starts[self.rows, None] + torch.arange(self.seq_len)  # (B / world_size, L)
         return {"input_ids": self.tokens[index]}
 
-    def __iter__(self):
-        info = get_worker_info()
-        worker, workers = (info.id, info.num_workers) if info else (0, 1)
-        step = self.start_step + worker  # workers take turns; the DataLoader interleaves them in order
-        while True:
-            yield self.batch_at(step)
-            step += workers
 
 
 class TiledBlocks(Dataset):
@@ -153,7 +167,7 @@ def _rows_to_batch(blocks: np.ndarray, lengths: np.ndarray, index: np.ndarray) -
     return {"input_ids": ids, "attention_mask": torch.arange(ids.shape[-1]) < real[..., None]}
 
 
-class RandomBlockBatches(IterableDataset):
+class RandomBlockBatches(StepIndexedBatches):
     """Yields {"input_ids", "attention_mask"} batches of whole rows of a block table, from `start_step` on.
 
     Rows are visited in a fresh random permutation each epoch: global sample i (= step * batch_size + j)
@@ -186,15 +200,6 @@ class RandomBlockBatches(IterableDataset):
             here = samples // n == epoch
             index[here] = self.permutation(int(epoch)).numpy()[samples[here] % n]
         return _rows_to_batch(self.blocks, self.lengths, index)
-
-    def __iter__(self):
-        info = get_worker_info()
-        worker, workers = (info.id, info.num_workers) if info else (0, 1)
-        step = self.start_step + worker
-        while True:
-            yield self.batch_at(step)
-            step += workers
-
 
 class PackedBlocks(Dataset):
     """Every row of a block table, in order, with its attention mask (False on padding)."""

@@ -39,9 +39,9 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset, IterableDataset, get_worker_info
+from torch.utils.data import Dataset
 
-from seqdiff.data.blocks import step_generator
+from seqdiff.data.blocks import StepIndexedBatches, step_generator
 from seqdiff.tokenizers.nucleotide import IUPAC_AMBIGUOUS, NucleotideTokenizer
 
 log = logging.getLogger(__name__)
@@ -654,7 +654,7 @@ def summarize(intervals: Iterable[Interval]) -> dict[str, dict[str, int]]:
 
 
 # ---------------------------------------------------------------------------------------------- windows
-class RandomGenomeWindows(IterableDataset):
+class RandomGenomeWindows(StepIndexedBatches):
     """Endless step-indexed batches of random windows inside intervals: batch k depends only on (seed, k).
 
     Yields {"input_ids": (B, L) long, "loss_mask": (B, L) bool [, "soft_mask": (B, L) bool]}.
@@ -718,13 +718,6 @@ class RandomGenomeWindows(IterableDataset):
             batch["soft_mask"] = torch.from_numpy(np.stack(soft))  # (B, L) bool, True where lowercase
         return batch
 
-    def __iter__(self):
-        info = get_worker_info()
-        worker, workers = (info.id, info.num_workers) if info else (0, 1)
-        step = self.start_step + worker  # workers take turns; the DataLoader interleaves them in order
-        while True:
-            yield self.batch_at(step)
-            step += workers
 
 
 class TiledGenomeWindows(Dataset):

@@ -48,21 +48,6 @@ class SEDDAnalyticSampler(Sampler):
         method = self.method
         return method.graph.tweedie_probs(log_score, x, method.sigma(t), method.sigma(s), final=final)
 
-    @staticmethod
-    def check_given(given: Tensor | None, batch_size: int, seq_len: int, vocab_size: int, device) -> Tensor | None:
-        """`given` as (B, L) long on `device`; -1 marks free positions."""
-        if given is None:
-            return None
-        given = torch.as_tensor(given, device=device).long()
-        if given.ndim == 1:
-            given = given.expand(batch_size, -1)
-        if given.shape != (batch_size, seq_len):
-            raise SamplerError(f"given must have shape ({batch_size}, {seq_len}) or ({seq_len},), "
-                               f"got {tuple(given.shape)}")
-        if ((given < -1) | (given >= vocab_size)).any():
-            raise SamplerError(f"given holds ids outside [-1, {vocab_size}): use -1 for free positions")
-        return given
-
     @torch.no_grad()
     def generate(self, batch_size: int, seq_len: int, generator: torch.Generator | None = None,
                  given: Tensor | None = None) -> SampleOutput:
