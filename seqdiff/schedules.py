@@ -170,6 +170,14 @@ def build_schedule(name: str) -> NoiseSchedule:
     return SCHEDULES[name]()
 
 
+def unit_times(batch_size: int, time_sampling: str, generator: torch.Generator | None = None,
+               device: torch.device | str | None = None) -> Tensor:
+    """(B,) draws in [0, 1): antithetic (one per stratum) or i.i.d. uniform; methods map them to their times."""
+    if time_sampling == "antithetic":
+        return antithetic_times(batch_size, generator, device, t_min=0.0)
+    return torch.rand(batch_size, generator=generator, device=device)
+
+
 def antithetic_times(batch_size: int, generator: torch.Generator | None = None,
                      device: torch.device | str | None = None, t_min: float = 1e-3) -> Tensor:
     """Low-discrepancy times: one uniform offset shared by B evenly spaced strata, t = (u + i/B) mod 1.

@@ -30,7 +30,7 @@ from seqdiff.categorical import probs_from_logits, sample_categorical
 from seqdiff.config import MethodConfig
 from seqdiff.methods.base import Batch, Method, MethodOutput
 from seqdiff.methods.graphs import absorbing_posterior_kl, absorbing_posterior_kl_rate, absorbing_reverse_step
-from seqdiff.schedules import antithetic_times, build_schedule
+from seqdiff.schedules import build_schedule, unit_times
 from seqdiff.tokenizers.base import Tokenizer
 
 NEG_INF = float("-inf")
@@ -49,10 +49,7 @@ class MDLM(Method):
     def sample_times(self, batch_size: int, device, generator: torch.Generator | None) -> Tensor:
         """(B,) times; in discrete mode these are the grid points i/T, i in 1..T."""
         cfg = self.config
-        if cfg.time_sampling == "antithetic":
-            u = antithetic_times(batch_size, generator, device, t_min=0.0)
-        else:
-            u = torch.rand(batch_size, generator=generator, device=device)
+        u = unit_times(batch_size, cfg.time_sampling, generator, device)
         if cfg.num_timesteps > 0:
             T = cfg.num_timesteps
             return (torch.floor(u * T).clamp(max=T - 1) + 1) / T

@@ -35,7 +35,7 @@ from torch import Tensor, nn
 from seqdiff.config import ConfigError, MethodConfig
 from seqdiff.methods.base import Batch, Method, MethodOutput
 from seqdiff.methods.graphs import build_graph
-from seqdiff.schedules import antithetic_times, build_schedule
+from seqdiff.schedules import build_schedule, unit_times
 from seqdiff.tokenizers.base import Tokenizer
 
 
@@ -56,10 +56,7 @@ class SEDD(Method):
     def sample_times(self, batch_size: int, device, generator: torch.Generator | None) -> Tensor:
         """(B,) float64 times in [t_min, 1], drawn as MDLM draws them."""
         cfg = self.config
-        if cfg.time_sampling == "antithetic":
-            u = antithetic_times(batch_size, generator, device, t_min=0.0)
-        else:
-            u = torch.rand(batch_size, generator=generator, device=device)
+        u = unit_times(batch_size, cfg.time_sampling, generator, device)
         return (cfg.t_min + (1 - cfg.t_min) * u).double()
 
     def sigma(self, t: Tensor) -> Tensor:
