@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import inspect
-import json
 from pathlib import Path
 from typing import Any
 
-from seqdiff.tokenizers.base import TOKENIZER_CONFIG_FILE, Tokenizer, TokenizerError
+from seqdiff.tokenizers.base import Tokenizer, TokenizerError, read_tokenizer_config
 from seqdiff.tokenizers.char import CharTokenizer
 from seqdiff.tokenizers.hf import BertTokenizer, GPT2Tokenizer
 from seqdiff.tokenizers.nucleotide import NucleotideTokenizer
@@ -47,14 +46,7 @@ def build_tokenizer(kind: str, **options: Any) -> Tokenizer:
 
 
 def load_tokenizer(directory: str | Path) -> Tokenizer:
-    path = Path(directory) / TOKENIZER_CONFIG_FILE
-    if not path.is_file():
-        raise TokenizerError(f"{path} does not exist: no tokenizer saved in {directory}")
-    try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise TokenizerError(f"{path} is not valid JSON: {e}") from e
-    return tokenizer_from_dict(data)
+    return tokenizer_from_dict(read_tokenizer_config(directory))
 
 
 __all__ = [

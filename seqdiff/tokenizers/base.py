@@ -94,6 +94,20 @@ class Tokenizer(ABC):
         return f"{type(self).__name__}(vocab_size={self.vocab_size})"
 
 
+def read_tokenizer_config(directory: str | Path) -> dict[str, Any]:
+    """The JSON object in <directory>/tokenizer_config.json; a missing or malformed file names the path."""
+    path = Path(directory) / TOKENIZER_CONFIG_FILE
+    if not path.is_file():
+        raise TokenizerError(f"{path} does not exist: no tokenizer saved in {directory}")
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise TokenizerError(f"{path} is not valid JSON: {e}") from e
+    if not isinstance(data, dict):
+        raise TokenizerError(f"{path} must hold a JSON object")
+    return data
+
+
 def build_lookup_table(symbols: Sequence[str], extra: dict[str, int] | None = None) -> np.ndarray:
     """A 256-entry byte -> id table (-1 = not encodable), for vectorized encoding of ASCII text."""
     table = np.full(256, -1, dtype=np.int64)

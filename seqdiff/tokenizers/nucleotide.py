@@ -25,6 +25,7 @@ from seqdiff.tokenizers.base import (
     TokenizerError,
     build_lookup_table,
     encode_with_table,
+    read_tokenizer_config,
 )
 
 BASES = "ACGTN"
@@ -112,15 +113,7 @@ class NucleotideTokenizer(Tokenizer):
     def from_pretrained(cls, directory: str | Path) -> NucleotideTokenizer:
         """Read a directory written by `save_pretrained`; a vocab.txt that disagrees with ours is refused."""
         directory = Path(directory)
-        path = directory / TOKENIZER_CONFIG_FILE
-        if not path.is_file():
-            raise TokenizerError(f"{path} does not exist: no tokenizer saved in {directory}")
-        try:
-            data = json.loads(path.read_text())
-        except json.JSONDecodeError as e:
-            raise TokenizerError(f"{path} is not valid JSON: {e}") from e
-        if not isinstance(data, dict):
-            raise TokenizerError(f"{path} must hold a JSON object")
+        data = read_tokenizer_config(directory)
         if "kind" not in data and data.get("tokenizer_class") == cls.__name__:
             data = {**data, "kind": cls.kind}
         tok = cls.from_dict(data)
