@@ -136,3 +136,10 @@ def test_dna_train_eval_and_zero_shot_fasta(tmp_path, capsys):
     assert zero_shot["num_tokens"] == bases - n_count  # N bases are not scored
     assert main(["sample", str(run), "--num-samples", "2", "--steps", "8"]) == 0
     assert ">sample_0 sampler=cached\n" in capsys.readouterr().out
+
+
+def test_bench_options_reach_the_benchmark(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["bench", "--help"])
+    assert exit_info.value.code == 0
+    assert "--repeats" in capsys.readouterr().out
