@@ -129,6 +129,14 @@ def cmd_sample(args: argparse.Namespace) -> int:
             infill = Path(args.infill_file).read_text()
         except OSError as e:
             raise SamplerError(f"cannot read --infill-file {args.infill_file}: {e}") from e
+    intervals = None
+    if args.infill_intervals is not None:
+        from seqdiff.evaluation.generate import parse_intervals
+
+        if infill is None:
+            raise SamplerError("--infill-intervals masks positions of a given sequence: give it with --infill or "
+                               "--infill-file")
+        intervals = parse_intervals(args.infill_intervals)
     if args.prompt is not None and infill is not None:
         raise SamplerError("give --prompt or --infill, not both (an infill text may start with the prompt)")
     if (args.oracle or args.reference) and not args.metrics:
@@ -145,7 +153,7 @@ def cmd_sample(args: argparse.Namespace) -> int:
         if model.method.causal:
             raise SamplerError(f"--infill needs a diffusion model; this {model.method.name!r} model takes a "
                                "--prompt (prefix) only")
-        given = given_from_infill(model.tokenizer, infill, length)
+        given = given_from_infill(model.tokenizer, infill, length, intervals)
     if given is not None:
         length = given.shape[-1]
     oracle = reference = None
@@ -310,6 +318,9 @@ def build_parser() -> argparse.ArgumentParser:
                                     "token; diffusion models only")
     p.add_argument("--infill-file", help="read the --infill text from this file (DNA: lines joined, '>' headers "
                                          "skipped; text: as is, less the final newline)")
+    p.add_argument("--infill-intervals", metavar="START-END,...",
+                   help="also regenerate these token positions of the --infill sequence (0-based, end exclusive, "
+                        "e.g. 10-20,40-55); the other given tokens are kept")
     p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass in (0, 1] (MDLM, AR)")
     p.add_argument("--stop-at-eos", action="store_true", help="cut each sample at its first EOS")
     p.add_argument("--metrics", action="store_true",
