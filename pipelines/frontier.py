@@ -142,7 +142,8 @@ def run_frontier(args: argparse.Namespace) -> dict[str, Any]:
     rows = []
     for i, (arm, steps) in enumerate(grid):
         metrics = generation_metrics(tokens[i], texts[i], oracle=oracle)
-        rows.append({"sampler": arm.sampler, "label": arm.label, "checkpoint": arm.path, "steps": steps,
+        rows.append({"sampler": arm.sampler, "label": arm.label, "checkpoint": arm.path,
+                     "training_steps": arm.model.step, "steps": steps,
                      "seconds_per_sample": statistics.median(seconds[i]),
                      "seconds_per_sample_min": min(seconds[i]), "seconds_per_sample_max": max(seconds[i]),
                      "tokens_per_second": length / statistics.median(seconds[i]),
@@ -288,6 +289,9 @@ def markdown(result: dict[str, Any]) -> str:
         "repetition-4 |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
+    trained = {r["checkpoint"]: (r["label"].split()[0], r["training_steps"]) for r in result["rows"]}
+    lines[6:6] = ["Checkpoints: " + "; ".join(f"{name} `{path}` ({steps} training steps)"
+                                              for path, (name, steps) in trained.items()) + ".", ""]
     for r in result["rows"]:
         lines.append(f"| {r['label']} | {r['steps']} | {r['seconds_per_sample']:.3f} "
                      f"[{r['seconds_per_sample_min']:.3f}–{r['seconds_per_sample_max']:.3f}] | "

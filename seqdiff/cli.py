@@ -66,7 +66,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from seqdiff.evaluation.likelihood import evaluate_batches
     from seqdiff.evaluation.zeroshot import evaluate_source, format_table, parse_sources
 
-    sources = parse_sources(args.data, args.dataset, args.split)  # checked before the model is loaded
+    sources = parse_sources(args.sources, args.split)  # in command-line order, checked before loading the model
     model = load_checkpoint(args.checkpoint, device=args.device, use_ema=not args.no_ema)
     torch.manual_seed(args.seed)
     options = {"num_t_samples": args.num_t_samples, "seed": args.seed, "progress": not args.json}
@@ -293,10 +293,11 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--seed", type=int, default=0, help="seed of every random draw")
 
     p = sub.add_parser("eval", parents=[common], help="NLL / perplexity / bits per character or base")
-    p.add_argument("--data", action="append", metavar="PATH",
+    p.add_argument("--data", dest="sources", action="append", metavar="PATH", type=lambda v: ("data", v),
                    help="a .txt, .txt.gz, .jsonl, .parquet (or FASTA) file, or a corpus folder of {split}.<ext> "
                         "files; repeat for several (default: the run's own corpus split)")
-    p.add_argument("--dataset", action="append", metavar="NAME[:SPLIT]",
+    p.add_argument("--dataset", dest="sources", action="append", metavar="NAME[:SPLIT]",
+                   type=lambda v: ("dataset", v),
                    help="a builtin / fetched corpus (shakespeare, austen) or hub dataset (wikitext103, lambada, "
                         "ptb, lm1b, ...); repeat for a zero-shot table; split defaults to --split")
     p.add_argument("--detokenizer", help="detokenizer for every source (wikitext, ptb, lm1b, lambada, or none); "
