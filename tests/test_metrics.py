@@ -230,3 +230,6 @@ def test_frontier_runs_every_sampler_side_by_side(runs, tmp_path, capsys):
     readme = (out / "README.md").read_text()
     assert "seqdiff frontier" in readme and "entropy" in readme and "faster than uncached" in readme
     assert (out / "frontier.png").stat().st_size > 0 and (out / "frontier_vs_steps.png").stat().st_size > 0
+    (out / "README.md").unlink()  # --render-only rebuilds the report from frontier.json alone
+    assert main(["frontier", "--render-only", "--out", str(out)]) == 0
+    assert (out / "README.md").read_text() == readme
