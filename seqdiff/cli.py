@@ -164,7 +164,13 @@ def cmd_sample(args: argparse.Namespace) -> int:
                        batch_size=args.batch_size, seq_len=length, temperature=args.temperature,
                        seed=args.seed, top_p=args.top_p, stop_at_eos=args.stop_at_eos, overlap=args.overlap,
                        semi_ar=args.length is not None or infill is not None)
-    gen = generate(model, cfg, progress=True, given=given)
+    options = {}
+    if args.sampler == "edlm":  # importance sampling with an energy (seqdiff.samplers.edlm_importance)
+        from seqdiff.edlm import load_energy
+
+        options = {"energy": load_energy(args.energy, model, args.device) if args.energy else None,
+                   "k": args.edlm_k, "window": args.edlm_window}
+    gen = generate(model, cfg, progress=True, given=given, sampler_options=options)
     fasta = args.format == "fasta" or (args.format == "auto" and model.tokenizer.unit == "base")
     text = format_samples(gen, fasta=fasta)
     if args.out:
@@ -311,7 +317,14 @@ def build_parser() -> argparse.ArgumentParser:
                                     "Hugging Face causal LM directory (implies --metrics)")
     p.add_argument("--reference", help="DNA reference (FASTA or plain) for GC and k-mer distances (implies "
                                        "--metrics)")
+    p.add_argument("--energy", help="--sampler edlm: KIND:PATH (ar:AR_RUN, coar:AR_RUN or nce:ENERGY.pt)")
+    p.add_argument("--edlm-k", type=int, default=2, help="--sampler edlm: candidates per importance step")
+    p.add_argument("--edlm-window", type=float, default=0.2, help="--sampler edlm: importance steps for t >= 1 - w")
     p.set_defaults(func=cmd_sample)
+
+    from seqdiff.edlm.cli import add_parser as add_edlm_parser
+
+    add_edlm_parser(sub, common)
 
     p = sub.add_parser("export", help="write a checkpoint as a Hugging Face model directory (config.json, "
                                       "model.safetensors, tokenizer files)")
