@@ -31,6 +31,8 @@ from seqdiff.probes.data import Benchmark, LabeledSequences, ProbeError, stratif
 from seqdiff.probes.finetune import FinetuneConfig
 
 VAL_FRACTION = 0.1
+RANDOM_INIT_SEED = 1000
+"""Seed s of the protocol initializes the random-init backbone with RANDOM_INIT_SEED + s."""
 
 
 @dataclass
@@ -193,15 +195,13 @@ def run_row(kind: str, model: ProbeModel | None, bench: Benchmark, config: Probe
     """One row of the table: `kind` over every seed. `random_init_of`: a fresh random copy per seed."""
     row_kind = PROBES[kind]
     n_seeds = (config.finetune_seeds or config.seeds) if row_kind.trained else config.seeds
-    subject = random_init_of if random_init_of is not None else model
+    subject = random_init_like(random_init_of, RANDOM_INIT_SEED) if random_init_of is not None else model
     context = context_of(subject, bench)
     name = subject.name if subject is not None else row_kind.label
-    if random_init_of is not None:
-        name = f"random init ({subject.name} architecture)"
     results, n_cut, start = [], 0, time.perf_counter()
     for seed in range(n_seeds):
         split, n_cut = seed_split(bench, seed, context)
-        this = random_init_like(random_init_of, 1000 + seed) if random_init_of is not None else model
+        this = random_init_like(random_init_of, RANDOM_INIT_SEED + seed) if random_init_of is not None else model
         r = row_kind.run(this, split, seed, config)
         results.append(r)
         log(f"  {kind:<8} {name}: seed {seed} val {r.val_accuracy:.4f} test {r.test_accuracy:.4f} {r.choice}")
