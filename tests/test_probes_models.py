@@ -173,6 +173,21 @@ def test_probe_command_end_to_end(dna_run, tmp_path, capsys):
     md = (out / "toy.md").read_text()
     assert md.startswith("# Probes on toy") and "seqdiff probe " in md and "| k-mer" in md
     assert "test accuracy % mean" in printed
+    assert (out / "toy.png").stat().st_size > 1000 and len(report["goals"]) == 3
+
+
+def test_goal_lines_compare_means():
+    from seqdiff.probes.report import goal_lines
+
+    def row(model, probe, pretrained, mean):
+        return {"model": model, "probe": probe, "pretrained": pretrained, "test_accuracy_mean": mean}
+
+    rows = [row("mdlm", "frozen", True, 0.90), row("mdlm", "finetune", True, 0.961), row("ar", "finetune", True, 0.5),
+            row("random", "frozen", False, 0.92), row("k-mer", "kmer", None, 0.70)]
+    goals = goal_lines(rows)
+    assert goals[0].endswith("NOT met") and "random-init" in goals[0]  # 90 < 92
+    assert goals[1].endswith("— met") and "k-mer" in goals[1]
+    assert "mdlm: 96.10%" in goals[2] and goals[2].endswith("— met")
 
 
 def test_probe_command_refuses_text_models_and_bad_names(tmp_path, capsys):

@@ -97,9 +97,18 @@ def _frozen(model: ProbeModel, split: Split, seed: int, config: ProbeConfig):
     from seqdiff.probes.linear import fit_logistic
 
     encoder = BackboneEncoder(model.backbone, model.tokenizer.complement_ids, config.layer, config.rc_average)
-    feats = {k: embed_sequences(encoder, model.tokenizer, seqs, device=config.device)
-             for k, seqs in split.sequences().items()}
+    # a frozen backbone embeds a sequence the same way for every seed: embed each distinct sequence once
+    cache = _EMBEDDINGS.setdefault((model.backbone, config.layer, config.rc_average), {})
+    missing = sorted({s for seqs in split.sequences().values() for s in seqs} - cache.keys())
+    if missing:
+        cache.update(zip(missing, embed_sequences(encoder, model.tokenizer, missing, device=config.device)))
+    feats = {k: np.stack([cache[s] for s in seqs]) for k, seqs in split.sequences().items()}
     return fit_logistic(feats, split.labels(), seed)
+
+
+_EMBEDDINGS: dict[tuple, dict[str, np.ndarray]] = {}
+"""Frozen embeddings by (backbone (hashed by identity, kept alive), layer, rc_average) and sequence;
+cleared after each row."""
 
 
 def _tensors(tokenizer, split: Split, length: int | None = None) -> dict[str, tuple]:
@@ -205,6 +214,7 @@ def run_row(kind: str, model: ProbeModel | None, bench: Benchmark, config: Probe
         r = row_kind.run(this, split, seed, config)
         results.append(r)
         log(f"  {kind:<8} {name}: seed {seed} val {r.val_accuracy:.4f} test {r.test_accuracy:.4f} {r.choice}")
+    _EMBEDDINGS.clear()
     test = np.array([r.test_accuracy for r in results])
     row = {
         "model": name, "probe": kind, "description": row_kind.label,

@@ -59,9 +59,62 @@ def published_lines(benchmark: str) -> list[str]:
     return lines
 
 
+def goal_lines(rows: list[dict[str, Any]], finetune_target: float = 0.96) -> list[str]:
+    """The issue's goals, checked on the rows: each pretrained frozen probe against the random-init frozen probe
+    and the k-mer baseline (mean test accuracy); the best fine-tuned mean against `finetune_target`."""
+    def mean(r):
+        return r["test_accuracy_mean"]
+
+    random = next((r for r in rows if r["probe"] == "frozen" and r["pretrained"] is False), None)
+    kmer = next((r for r in rows if r["probe"] == "kmer"), None)
+    lines = []
+    for r in rows:
+        if r["probe"] != "frozen" or not r["pretrained"]:
+            continue
+        for other, what in ((random, "random-init frozen probe"), (kmer, "k-mer baseline")):
+            if other is None:
+                continue
+            verdict = "met" if mean(r) > mean(other) else "NOT met"
+            lines.append(f"{r['model']} frozen probe {100 * mean(r):.2f}% vs {what} {100 * mean(other):.2f}%: "
+                         f"beats it — {verdict}")
+    tuned = [r for r in rows if r["probe"] == "finetune" and r["pretrained"]]
+    if tuned:
+        best = max(tuned, key=mean)
+        verdict = "met" if mean(best) >= finetune_target else "NOT met"
+        lines.append(f"best fine-tuned pretrained model {best['model']}: {100 * mean(best):.2f}% vs the "
+                     f"{100 * finetune_target:.0f}% target — {verdict}")
+    return lines
+
+
+def plot_rows(path: Path, rows: list[dict[str, Any]], title: str) -> None:
+    """Horizontal bars: mean test accuracy per row, whiskers from the min to the max over seeds."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = [f"{r['model'][:48]} / {r['probe']}" for r in rows]
+    means = [100 * r["test_accuracy_mean"] for r in rows]
+    lo = [100 * (r["test_accuracy_mean"] - r["test_accuracy_min"]) for r in rows]
+    hi = [100 * (r["test_accuracy_max"] - r["test_accuracy_mean"]) for r in rows]
+    fig, ax = plt.subplots(figsize=(9, 0.45 * len(rows) + 1.2))
+    ax.barh(range(len(rows)), means, xerr=[lo, hi], color="#4c72b0", capsize=3)
+    ax.set_yticks(range(len(rows)), labels, fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlim(max(0.0, min(means) - 10), 100)
+    ax.set_xlabel("test top-1 accuracy % (mean; whiskers: min, max over seeds)")
+    ax.set_title(title)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp.png")
+    fig.savefig(tmp, dpi=110)
+    plt.close(fig)
+    tmp.replace(path)
+
+
 def write_report(out_dir: str | Path, bench, rows: list[dict[str, Any]], command: str,
                  settings: dict[str, Any], notes: list[str] | None = None) -> tuple[Path, Path]:
-    """Write out_dir/NAME.json and out_dir/NAME.md; returns their paths."""
+    """Write out_dir/NAME.json, NAME.md and NAME.png; returns the JSON and Markdown paths."""
     out_dir = Path(out_dir)
     name = bench.name
     counts = {split: [int((data.labels == i).sum()) for i in range(len(bench.classes))]
@@ -74,8 +127,11 @@ def write_report(out_dir: str | Path, bench, rows: list[dict[str, Any]], command
         "command": command, "settings": settings, "rows": rows,
         "published": [vars(r) for r in PUBLISHED.get(name, [])], "notes": notes or [],
     }
-    json_path, md_path = out_dir / f"{name}.json", out_dir / f"{name}.md"
+    json_path, md_path, png_path = out_dir / f"{name}.json", out_dir / f"{name}.md", out_dir / f"{name}.png"
+    goals = goal_lines(rows)
+    payload["goals"] = goals
     write_atomically(json_path, json.dumps(payload, indent=2) + "\n")
+    plot_rows(png_path, rows, f"{name}: probes and baselines")
     md = [
         f"# Probes on {name}", "",
         f"Produced by `{command}`", "",
@@ -86,6 +142,8 @@ def write_report(out_dir: str | Path, bench, rows: list[dict[str, Any]], command
         f"(counted per row in the JSON, `truncated_sequences`)",
         f"- protocol: {payload['protocol']}", "",
         *table_lines(rows), "",
+        f"![test accuracy per row]({png_path.name})", "",
+        *(["## Goals", "", *[f"- {g}" for g in goals], ""] if goals else []),
         "## Published numbers", "", *published_lines(name), "",
     ]
     if notes:
