@@ -1,4 +1,4 @@
-"""The `seqdiff` command: train, eval, sample, quickstart, bench, config.
+"""The `seqdiff` command: train, eval, sample, probe, quickstart, bench, config.
 
 Every user error (a bad file, key, value, checkpoint or sampler) ends in one line on stderr naming what is
 wrong and exit status 2; nothing is written under a final name unless it is complete.
@@ -243,6 +243,15 @@ def cmd_probe(args: argparse.Namespace) -> int:
     return 0
 
 
+def _layer(value: str) -> int | str:
+    if value == "best":
+        return value
+    try:
+        return int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--layer takes an integer or 'best', not {value!r}") from None
+
+
 # ---------------------------------------------------------------------------------------------- others
 def cmd_quickstart(args: argparse.Namespace) -> int:
     from pipelines.quickstart import run_quickstart
@@ -365,7 +374,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--epochs", type=int, default=3, help="fine-tuning epochs (best on validation is kept)")
     p.add_argument("--lr", type=float, default=3e-4, help="fine-tuning learning rate")
     p.add_argument("--cnn-epochs", type=int, default=10, help="CNN baseline epochs (best on validation is kept)")
-    p.add_argument("--layer", type=int, default=None, help="layer for the frozen probe (default: final output)")
+    p.add_argument("--layer", type=_layer, default=None,
+                   help="layer for the frozen probe: 0 (embeddings) .. n_layers, or 'best' (chosen on validation); "
+                        "default: the final output")
     p.add_argument("--rc-average", action="store_true", help="average embeddings with the reverse complement's")
     p.add_argument("--skip", nargs="*", default=[], choices=["frozen", "finetune", "random", "kmer", "cnn"],
                    help="rows to leave out")

@@ -159,7 +159,7 @@ def test_probe_command_end_to_end(dna_run, tmp_path, capsys):
     table.write_text("sequence,label\n" + "".join(f"{s},{'gc' if y else 'at'}\n" for s, y in zip(seqs, labels)))
     out = tmp_path / "reports"
     assert main(["probe", str(dna_run / "mdlm"), "--benchmark", str(table), "--seeds", "2", "--finetune-seeds", "1",
-                 "--epochs", "1", "--cnn-epochs", "1", "--out", str(out)]) == 0
+                 "--epochs", "1", "--cnn-epochs", "1", "--layer", "best", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     report = json.loads((out / "toy.json").read_text())
     kinds = [(r["probe"], r["pretrained"]) for r in report["rows"]]
@@ -169,6 +169,7 @@ def test_probe_command_end_to_end(dna_run, tmp_path, capsys):
     assert frozen["seeds"] == 2 and len(frozen["test_accuracy"]) == 2 and report["rows"][1]["seeds"] == 1
     assert frozen["context"] == 64 and frozen["truncated_sequences"] == 80  # every sequence (70 > 64)
     assert frozen["test_accuracy_min"] <= frozen["test_accuracy_mean"] <= frozen["test_accuracy_max"]
+    assert all(choice["layer"] in (0, 1, "final") for choice in frozen["selected"])  # test preset: 2 layers
     assert report["rows"][4]["test_accuracy_mean"] > 0.9  # k-mer counts see GC content directly
     md = (out / "toy.md").read_text()
     assert md.startswith("# Probes on toy") and "seqdiff probe " in md and "| k-mer" in md

@@ -31,6 +31,7 @@ from seqdiff.probes.data import Benchmark, LabeledSequences, ProbeError, stratif
 from seqdiff.probes.finetune import FinetuneConfig
 
 VAL_FRACTION = 0.1
+BEST_LAYER = "best"
 RANDOM_INIT_SEED = 1000
 """Seed s of the protocol initializes the random-init backbone with RANDOM_INIT_SEED + s."""
 
@@ -41,8 +42,9 @@ class ProbeConfig:
     """Seeds of the protocol: each draws its own 90/10 train / validation split (and initialization)."""
     finetune_seeds: int | None = None
     """Seeds for the trained rows (finetune, cnn); None = `seeds`. Fewer saves CPU time; the report says so."""
-    layer: int | None = None
-    """Backbone layer the frozen probe reads (0 = embeddings, n_layers = last block); None = final output."""
+    layer: int | str | None = None
+    """Layer the frozen probe reads (0 = embeddings, n_layers = last block; None = final output; "best" = chosen
+    on validation among all). Fine-tuning pools the final output unless an integer layer is given."""
     rc_average: bool = False
     """Average each embedding with its reverse complement's."""
     finetune: FinetuneConfig = field(default_factory=FinetuneConfig)
@@ -93,17 +95,35 @@ def seed_split(bench: Benchmark, seed: int, context: int) -> tuple[Split, int]:
 
 # -------------------------------------------------------------------------------------------- row kinds
 def _frozen(model: ProbeModel, split: Split, seed: int, config: ProbeConfig):
-    from seqdiff.probes.embeddings import BackboneEncoder, embed_sequences
-    from seqdiff.probes.linear import fit_logistic
+    from seqdiff.probes.linear import Selected, fit_logistic
 
-    encoder = BackboneEncoder(model.backbone, model.tokenizer.complement_ids, config.layer, config.rc_average)
+    best = None
+    for layer in candidate_layers(model.backbone, config.layer):
+        result = fit_logistic(_frozen_features(model, split, layer, config), split.labels(), seed)
+        if best is None or result.val_accuracy > best.val_accuracy:
+            best = Selected(result.val_accuracy, result.test_accuracy,
+                            {"layer": "final" if layer is None else layer, **result.choice})
+    return best
+
+
+def candidate_layers(backbone: nn.Module, layer: int | str | None) -> list[int | None]:
+    """The layers a frozen probe tries: the one asked for, or with "best" every block's output and the final
+    (normed) output, 0 = token embeddings; validation accuracy picks among them."""
+    if layer == BEST_LAYER:
+        return [*range(backbone.config.n_layers), None]
+    return [layer]
+
+
+def _frozen_features(model: ProbeModel, split: Split, layer: int | None, config: ProbeConfig) -> dict[str, np.ndarray]:
+    from seqdiff.probes.embeddings import BackboneEncoder, embed_sequences
+
+    encoder = BackboneEncoder(model.backbone, model.tokenizer.complement_ids, layer, config.rc_average)
     # a frozen backbone embeds a sequence the same way for every seed: embed each distinct sequence once
-    cache = _EMBEDDINGS.setdefault((model.backbone, config.layer, config.rc_average), {})
+    cache = _EMBEDDINGS.setdefault((model.backbone, layer, config.rc_average), {})
     missing = sorted({s for seqs in split.sequences().values() for s in seqs} - cache.keys())
     if missing:
         cache.update(zip(missing, embed_sequences(encoder, model.tokenizer, missing, device=config.device)))
-    feats = {k: np.stack([cache[s] for s in seqs]) for k, seqs in split.sequences().items()}
-    return fit_logistic(feats, split.labels(), seed)
+    return {k: np.stack([cache[s] for s in seqs]) for k, seqs in split.sequences().items()}
 
 
 _EMBEDDINGS: dict[tuple, dict[str, np.ndarray]] = {}
@@ -127,7 +147,7 @@ def _finetune(model: ProbeModel, split: Split, seed: int, config: ProbeConfig):
     from seqdiff.probes.linear import Selected
 
     encoder = BackboneEncoder(copy.deepcopy(model.backbone).train(), model.tokenizer.complement_ids,
-                              config.layer, config.rc_average)
+                              None if config.layer == BEST_LAYER else config.layer, config.rc_average)
     n_classes = int(split.train.labels.max()) + 1
     val, test, epoch = finetune(encoder, n_classes, _tensors(model.tokenizer, split), config.finetune, seed,
                                 accelerator=_accelerator(config.device))
