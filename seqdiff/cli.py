@@ -1,4 +1,4 @@
-"""The `seqdiff` command: train, eval, sample, quickstart, bench, config.
+"""The `seqdiff` command: train, eval, sample, probe, quickstart, bench, config.
 
 Every user error (a bad file, key, value, checkpoint or sampler) ends in one line on stderr naming what is
 wrong and exit status 2; nothing is written under a final name unless it is complete.
@@ -35,12 +35,13 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from seqdiff.data.genome import GenomeError
     from seqdiff.data.text_files import DataFileError
     from seqdiff.hf.export import ExportError
+    from seqdiff.probes.data import ProbeError
     from seqdiff.samplers import SamplerError
     from seqdiff.tokenizers import TokenizerError
     from seqdiff.training.run import RunError
 
     return (ConfigError, DataFileError, CheckpointError, SamplerError, TokenizerError, RunError, FetchError,
-            GenomeError, ExportError)
+            GenomeError, ExportError, ProbeError)
 
 
 # ---------------------------------------------------------------------------------------------- train
@@ -217,6 +218,46 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---------------------------------------------------------------------------------------------- probe
+def cmd_probe(args: argparse.Namespace) -> int:
+    import shlex
+
+    from seqdiff.probes import load_benchmark
+    from seqdiff.probes.protocol import ProbeConfig, load_probe_model, run_protocol
+    from seqdiff.probes.report import format_row, write_report
+
+    bench = load_benchmark(args.benchmark, data_dir=args.data_dir, test_file=args.test_file)
+    models = [load_probe_model(path, device=args.device, use_ema=not args.no_ema) for path in args.checkpoints]
+    config = ProbeConfig(seeds=args.seeds, finetune_seeds=args.finetune_seeds, layer=args.layer,
+                         rc_average=args.rc_average, device=args.device)
+    config.finetune.epochs, config.finetune.lr = args.epochs, args.lr
+    config.cnn.epochs = args.cnn_epochs
+    probes = tuple(p for p in ("frozen", "finetune") if p not in args.skip)
+    baselines = tuple(b for b in ("random", "kmer", "cnn") if b not in args.skip and (b != "random" or models))
+    print(f"{bench.name}: {len(bench.train)} train, {len(bench.test)} test, classes {bench.classes}", file=sys.stderr)
+    rows = run_protocol(bench, models, config, probes=probes, baselines=baselines)
+    settings = {"seeds": args.seeds, "finetune_seeds": args.finetune_seeds or args.seeds, "layer": args.layer,
+                "rc_average": args.rc_average, "finetune": vars(config.finetune), "cnn": vars(config.cnn),
+                "ema_weights": not args.no_ema}
+    command = "seqdiff " + shlex.join(args.argv)
+    json_path, md_path = write_report(args.out, bench, rows, command, settings)
+    width = max(len(r["model"]) for r in rows)
+    print(f"{'model':<{width}}  {'probe':<8}  test accuracy % mean [min, max] over seeds")
+    for row in rows:
+        print(f"{row['model']:<{width}}  {row['probe']:<8}  {format_row(row)}")
+    print(f"written: {json_path}, {md_path}")
+    return 0
+
+
+def _layer(value: str) -> int | str:
+    if value == "best":
+        return value
+    try:
+        return int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--layer takes an integer or 'best', not {value!r}") from None
+
+
 # ---------------------------------------------------------------------------------------------- others
 def cmd_quickstart(args: argparse.Namespace) -> int:
     from pipelines.quickstart import run_quickstart
@@ -334,6 +375,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--overwrite", action="store_true", help="replace an existing output directory")
     p.set_defaults(func=cmd_export)
 
+    p = sub.add_parser("probe", help="genomic classification probes: frozen and fine-tuned, against baselines")
+    p.add_argument("checkpoints", nargs="*", metavar="CHECKPOINT", help="DNA model .ckpt files or run directories")
+    p.add_argument("--benchmark", required=True,
+                   help="splice, a Genomic Benchmarks dataset name, or a .csv / .tsv file of sequence,label")
+    p.add_argument("--data-dir", help="Genomic Benchmarks: folder holding NAME/{train,test}/{class}/*.txt; "
+                                      "splice: folder holding DNA.rda")
+    p.add_argument("--test-file", help="for a user .csv / .tsv: its test rows (default: a seeded 20%% hold-out)")
+    p.add_argument("--seeds", type=int, default=5, help="protocol seeds (random 90/10 train/validation splits)")
+    p.add_argument("--finetune-seeds", type=int, default=None, help="seeds for trained rows (default: --seeds)")
+    p.add_argument("--epochs", type=int, default=3, help="fine-tuning epochs (best on validation is kept)")
+    p.add_argument("--lr", type=float, default=3e-4, help="fine-tuning learning rate")
+    p.add_argument("--cnn-epochs", type=int, default=10, help="CNN baseline epochs (best on validation is kept)")
+    p.add_argument("--layer", type=_layer, default=None,
+                   help="layer for the frozen probe: 0 (embeddings) .. n_layers, or 'best' (chosen on validation); "
+                        "default: the final output")
+    p.add_argument("--rc-average", action="store_true", help="average embeddings with the reverse complement's")
+    p.add_argument("--skip", nargs="*", default=[], choices=["frozen", "finetune", "random", "kmer", "cnn"],
+                   help="rows to leave out")
+    p.add_argument("--out", default="reports/probes", help="report folder (writes NAME.json and NAME.md)")
+    p.add_argument("--device", default="cpu", help="cpu, cuda, ...")
+    p.add_argument("--no-ema", action="store_true", help="use the raw weights instead of the EMA weights")
+    p.set_defaults(func=cmd_probe)
+
     p = sub.add_parser("quickstart", help="train MDLM and AR on the shipped Shakespeare slice, offline")
     p.add_argument("--out", default="reports/quickstart", help="report folder")
     p.add_argument("--run-dir", default="runs/quickstart", help="folder for the two runs")
@@ -368,6 +432,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return bench_main(argv[1:])
     args = build_parser().parse_args(argv)
+    args.argv = argv  # reports name the exact command that wrote them
     try:
         return args.func(args)
     except _user_errors() as e:

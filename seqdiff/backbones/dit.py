@@ -233,8 +233,12 @@ class DiT(nn.Module):
         attention_mask: Tensor | None = None,
         *,
         kv_cache: KVCache | None = None,
+        layer: int | None = None,
     ) -> Tensor:
         """Final-normed (and, with time conditioning, modulated) hidden states (B, L, hidden_size).
+
+        layer: return instead the residual stream after that many blocks (0 = the token embeddings,
+        n_layers = the last block's output before the final norm); probes read intermediate layers this way.
 
         input_ids: LongTensor (B, L). noise_level: (B,) or a scalar; required with time conditioning,
         ignored without. attention_mask: BoolTensor (B, L), True = real token; used as a key padding mask
@@ -254,10 +258,16 @@ class DiT(nn.Module):
         rotations = self.rotary(L, offset=start)  # (L, Dh/2, 2) cos, sin
         attn_mask, is_causal = self._attention_mask(attention_mask, B, L, start, kv_cache, input_ids.device)
 
+        if layer is not None and not 0 <= layer <= len(self.blocks):
+            raise ValueError(f"layer must be in [0, {len(self.blocks)}] (n_layers), got {layer}")
+        if layer is not None and kv_cache is not None:
+            raise ValueError("layer= reads an intermediate layer for probes; it cannot fill a kv_cache")
         x = self.embed(input_ids)  # (B, L, H)
-        for i, block in enumerate(self.blocks):
+        for i, block in enumerate(self.blocks[:layer]):
             kv = None if kv_cache is None else (kv_cache.keys[i], kv_cache.values[i])
             x = block(x, c, rotations, attn_mask, is_causal, kv, start)
+        if layer is not None:
+            return x
         x = self.norm_final(x)
         if self.final_modulation is not None:
             shift, scale = self.final_modulation(c)[:, None].chunk(2, dim=-1)  # (B, 1, H) each
