@@ -61,6 +61,8 @@ class ModelConfig:
     """adaLN conditioning on the noise level; null: the method's default (on for sedd, off otherwise)."""
     max_seq_len: int = 1024
     """Longest sequence the model accepts (rotary tables are sized for it)."""
+    activation: Literal["gelu_tanh", "gelu"] = "gelu_tanh"
+    """MLP nonlinearity: gelu_tanh (tanh approximation, MDLM; also checkpoints without the key) or exact gelu (BERT)."""
 
     def __post_init__(self) -> None:
         if self.hidden_size % self.n_heads != 0:
@@ -69,6 +71,9 @@ class ModelConfig:
             )
         if (self.hidden_size // self.n_heads) % 2 != 0:
             raise ConfigError("model.hidden_size / model.n_heads must be even for rotary embeddings")
+        activations = typing.get_args(typing.get_type_hints(ModelConfig)["activation"])
+        if self.activation not in activations:
+            raise ConfigError(f"model.activation={self.activation!r} is not allowed; choose one of {list(activations)}")
 
 
 @dataclass
