@@ -42,7 +42,7 @@ MODEL_PRESETS: dict[str, dict[str, int]] = {
 @dataclass
 class ModelConfig:
     backbone: str = "dit"
-    """Backbone registry key (see seqdiff.backbones.BACKBONES)."""
+    """Backbone registry key (see seqdiff.backbones.BACKBONES): dit, or bert (post-norm, loads BERT weights)."""
     preset: str | None = None
     """Size preset that fills hidden_size / n_layers / n_heads: one of MODEL_PRESETS."""
     hidden_size: int = 256
@@ -63,6 +63,8 @@ class ModelConfig:
     """Longest sequence the model accepts (rotary tables are sized for it)."""
     activation: Literal["gelu_tanh", "gelu"] = "gelu_tanh"
     """MLP nonlinearity: gelu_tanh (tanh approximation, MDLM; also checkpoints without the key) or exact gelu (BERT)."""
+    init_from: str | None = None
+    """BERT weights to start training from (backbone bert): a Hugging Face directory or a data source (bert-vocab)."""
 
     def __post_init__(self) -> None:
         if self.hidden_size % self.n_heads != 0:
