@@ -11,11 +11,13 @@ import dataclasses
 
 from torch import nn
 
-from seqdiff.backbones.bert import Bert
-from seqdiff.backbones.dit import DiT, KVCache
+from seqdiff.backbones.bert import Bert, BertLayer
+from seqdiff.backbones.dit import DiT, DiTBlock, KVCache
 from seqdiff.config import ConfigError, ModelConfig
 
 BACKBONES: dict[str, type] = {"dit": DiT, "bert": Bert}
+BLOCKS: tuple[type, ...] = (DiTBlock, BertLayer)
+"""The transformer block classes of the backbones: FSDP shards each one as a unit (train.strategy=fsdp)."""
 
 
 def build_backbone(cfg: ModelConfig, vocab_size: int, causal: bool) -> nn.Module:
@@ -54,4 +56,5 @@ def load_pretrained(backbone: nn.Module, cfg: ModelConfig) -> dict[str, list[str
     return backbone.load_pretrained(cfg.init_from)
 
 
-__all__ = ["BACKBONES", "Bert", "DiT", "KVCache", "build_backbone", "load_pretrained", "pretrained_model_config"]
+__all__ = ["BACKBONES", "BLOCKS", "Bert", "DiT", "KVCache", "build_backbone", "load_pretrained",
+           "pretrained_model_config"]
