@@ -5,7 +5,8 @@ level (MDLM passes sigma_t when time conditioning is on) and a padding mask; it 
 
 Design choices and the papers behind them
 - Pre-norm transformer blocks (LayerNorm -> attention -> residual; LayerNorm -> MLP -> residual), GELU
-  (tanh approximation) MLP of width mlp_ratio * hidden, fused qkv projection, final LayerNorm and an
+  MLP of width mlp_ratio * hidden (tanh approximation by default, as MDLM; `model.activation: gelu` for the
+  exact one), fused qkv projection, final LayerNorm and an
   untied output projection — the backbone of MDLM (Sahoo et al. 2024, "Simple and Effective Masked
   Diffusion Language Models", arXiv:2406.07524), itself the DiT of Peebles & Xie 2023 ("Scalable Diffusion
   Models with Transformers", arXiv:2212.09748) over token sequences.
@@ -37,6 +38,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from seqdiff.backbones.activations import ACTIVATIONS
 from seqdiff.backbones.rotary import RotaryEmbedding, apply_rotary
 from seqdiff.config import ModelConfig
 
@@ -131,14 +133,15 @@ class SelfAttention(nn.Module):
 
 
 class MLP(nn.Module):
-    def __init__(self, hidden_size: int, mlp_ratio: int, dropout: float) -> None:
+    def __init__(self, hidden_size: int, mlp_ratio: int, dropout: float, activation: str = "gelu_tanh") -> None:
         super().__init__()
         self.fc = nn.Linear(hidden_size, mlp_ratio * hidden_size)
         self.proj = nn.Linear(mlp_ratio * hidden_size, hidden_size)
         self.dropout = nn.Dropout(dropout)
+        self.activation = ACTIVATIONS[activation]
 
     def forward(self, x: Tensor) -> Tensor:
-        h = F.gelu(self.fc(x), approximate="tanh")  # (B, L, mlp_ratio * H)
+        h = self.activation(self.fc(x))  # (B, L, mlp_ratio * H)
         return self.dropout(self.proj(h))  # (B, L, H)
 
 
@@ -151,7 +154,7 @@ class DiTBlock(nn.Module):
         self.norm1 = nn.LayerNorm(H, elementwise_affine=not cond)
         self.attn = SelfAttention(H, cfg.n_heads, cfg.dropout)
         self.norm2 = nn.LayerNorm(H, elementwise_affine=not cond)
-        self.mlp = MLP(H, cfg.mlp_ratio, cfg.dropout)
+        self.mlp = MLP(H, cfg.mlp_ratio, cfg.dropout, cfg.activation)
         # SiLU(c) -> shift, scale, gate for attention and for the MLP; zero-initialized in DiT._init_weights.
         self.adaLN_modulation = nn.Linear(cfg.cond_dim, 6 * H) if cond else None
 
