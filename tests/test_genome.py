@@ -366,6 +366,16 @@ def test_truncated_and_plain_gzip_files(gdir):
         G.open_fasta(gdir / "nope.fa")
 
 
+def test_missing_index_in_a_read_only_folder_is_refused(gdir, monkeypatch):
+    for p in (f"{STEM}.fa.gz.fai", f"{STEM}.fa.gz.gzi"):
+        (gdir / p).unlink()
+    monkeypatch.setattr(G.os, "access", lambda *a, **k: False)
+    with pytest.raises(G.GenomeError, match=r"slices.fa.gz has no .*fa.gz.fai, .*fa.gz.gzi index and its folder is "
+                                            r"not writable"):
+        G.open_fasta(gdir / f"{STEM}.fa.gz")
+    assert not (gdir / f"{STEM}.fa.gz.fai").exists()
+
+
 def test_stale_index_is_rebuilt_or_refused(gdir, caplog, monkeypatch):
     seqs = records(gdir / f"{STEM}.fa")
     path = write_fasta(gdir / "s.fa", {"a": seqs[PLAIN_RECORDS[0]][:5_000], "b": seqs[PLAIN_RECORDS[1]][:3_000]})
