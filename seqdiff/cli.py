@@ -195,15 +195,21 @@ def cmd_sample(args: argparse.Namespace) -> int:
 
 
 def _read_reference(path: str) -> str:
-    """A reference DNA sequence for --reference: FASTA (headers dropped, records joined) or plain text."""
+    """A reference DNA sequence for --reference: FASTA, plain / gzip / bgzip (records joined by `|`, so that no
+    k-mer spans two records), or plain text."""
+    from seqdiff.data.genome import GenomeError, compression, read_fasta_records
     from seqdiff.samplers import SamplerError
 
     try:
-        raw = Path(path).read_text()
-    except OSError as e:
+        with open(path, "rb") as f:
+            head = f.read(4096).lstrip()
+        if compression(path) != "plain" or head[:1] == b">":
+            seq = "|".join(s.decode("latin-1") for _, s in read_fasta_records(path))
+        else:
+            seq = "".join(line.strip() for line in Path(path).read_text().splitlines())
+    except (OSError, UnicodeDecodeError, GenomeError) as e:
         raise SamplerError(f"cannot read --reference {path}: {e}") from e
-    seq = "".join(line.strip() for line in raw.splitlines() if not line.startswith(">"))
-    if not seq:
+    if not seq.strip("|"):
         raise SamplerError(f"--reference {path} holds no sequence")
     return seq
 
