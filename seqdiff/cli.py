@@ -57,53 +57,51 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------------------------------------- eval
-FASTA_SUFFIXES = (".fa", ".fasta", ".fna", ".fa.gz", ".fasta.gz", ".fna.gz")
-
-
-def load_eval_tokens(path: Path, model):
-    """Tokens (and a loss mask, False at N bases) of a text file, or of a FASTA file for DNA models."""
-    if model.tokenizer.kind == "nucleotide" and path.name.lower().endswith(FASTA_SUFFIXES):
-        from seqdiff.data.genome import fasta_tokens
-
-        return fasta_tokens(path, model.tokenizer)
-    from seqdiff.data.text import tokenize_file
-
-    return tokenize_file(path, model.tokenizer), None
-
-
 def cmd_eval(args: argparse.Namespace) -> int:
+    """Score a checkpoint on its own held-out split, or zero-shot on every --data / --dataset source."""
     import torch
 
     from seqdiff.checkpoint import load_checkpoint
     from seqdiff.data import build_data_module
-    from seqdiff.data.text import split_path
     from seqdiff.evaluation.generate import write_atomically
-    from seqdiff.evaluation.likelihood import evaluate_batches, evaluate_tokens
+    from seqdiff.evaluation.likelihood import evaluate_batches
+    from seqdiff.evaluation.zeroshot import evaluate_source, format_table, parse_sources
 
+    sources = parse_sources(args.data, args.dataset, args.split)  # checked before the model is loaded
     model = load_checkpoint(args.checkpoint, device=args.device, use_ema=not args.no_ema)
     torch.manual_seed(args.seed)
-    options = {"num_t_samples": args.num_t_samples, "seed": args.seed, "progress": True}
-    data_config = model.data_config
-    if args.data or (data_config is not None and data_config.kind == "text"):
-        data_path = Path(args.data) if args.data else split_path(data_config, args.split)
-        tokens, loss_mask = load_eval_tokens(data_path, model)
-        report = evaluate_tokens(model, tokens, batch_size=args.batch_size, loss_mask=loss_mask, **options)
-        source, stem = str(data_path), data_path.name
-    elif data_config is not None:  # e.g. held-out genome intervals: the run's own data module tiles them
+    options = {"num_t_samples": args.num_t_samples, "seed": args.seed, "progress": not args.json}
+    reports = []
+    for source in sources:
+        reports.append(evaluate_source(model, source, batch_size=args.batch_size, detokenizer=args.detokenizer,
+                                       **options))
+    if not sources:  # the run's own corpus split, read by the run's own data module
+        data_config = model.data_config
+        if data_config is None:
+            raise ValueError("this checkpoint records no corpus; pass --data FILE or --dataset NAME")
         data_config.eval_batch_size = args.batch_size
         loader = build_data_module(data_config, model.tokenizer).eval_dataloader(args.split)
         report = evaluate_batches(model, loader, **options)
-        source, stem = f"{data_config.kind} {args.split} split", f"{data_config.kind}-{args.split}"
+        corpus = data_config.corpus if data_config.kind == "text" else data_config.kind
+        report.update({"dataset": f"{Path(corpus).name}/{args.split}", "split": args.split,
+                       "data": f"{data_config.kind} {args.split} split"})
+        reports.append(report)
+    common = {"checkpoint": str(model.path), "step": model.step, "ema_weights": model.ema}
+    for report in reports:
+        report.update(common)
+    if len(reports) == 1:  # one source: the flat report, as before zero-shot tables existed
+        result, stem = reports[0], reports[0]["dataset"].replace("/", "-")
     else:
-        raise ValueError("this checkpoint records no corpus; pass --data FILE")
-    report.update({"checkpoint": str(model.path), "step": model.step, "data": source, "ema_weights": model.ema})
+        result, stem = {**common, "results": reports}, "zeroshot"
+    text = json.dumps(result, indent=2) + "\n"
     out = Path(args.out) if args.out else model.path.parent.parent / "eval" / f"{stem}.json"
-    write_atomically(out, json.dumps(report, indent=2) + "\n")
-    kind = "upper bound (NELBO)" if report["bound"] else "exact"
-    print(f"{model.method.name} on {source} ({report['num_tokens']} tokens, {kind}):")
-    for key in ("nll_nats_per_token", "bits_per_token", "perplexity", "bits_per_character", "bits_per_base"):
-        if key in report:
-            print(f"  {key:<20} {report[key]:.4f}")
+    write_atomically(out, text)
+    if args.json:
+        sys.stdout.write(text)
+        return 0
+    kind = "upper bounds (NELBO)" if model.method.name != "ar" else "exact"
+    print(f"{model.method.name} checkpoint {model.path} (step {model.step}), {kind}:")
+    print(format_table(reports))
     print(f"written: {out}")
     return 0
 
@@ -331,11 +329,20 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--seed", type=int, default=0, help="seed of every random draw")
 
     p = sub.add_parser("eval", parents=[common], help="NLL / perplexity / bits per character or base")
-    p.add_argument("--data", help="a .txt, .txt.gz or .jsonl file (default: the run's own corpus split)")
+    p.add_argument("--data", action="append", metavar="PATH",
+                   help="a .txt, .txt.gz, .jsonl, .parquet (or FASTA) file, or a corpus folder of {split}.<ext> "
+                        "files; repeat for several (default: the run's own corpus split)")
+    p.add_argument("--dataset", action="append", metavar="NAME[:SPLIT]",
+                   help="a builtin / fetched corpus (shakespeare, austen) or hub dataset (wikitext103, lambada, "
+                        "ptb, lm1b, ...); repeat for a zero-shot table; split defaults to --split")
+    p.add_argument("--detokenizer", help="detokenizer for every source (wikitext, ptb, lm1b, lambada, or none); "
+                                         "default: each dataset's registered one, none for files")
+    p.add_argument("--json", action="store_true", help="print the results as JSON instead of a table")
     p.add_argument("--split", default="test", choices=["train", "valid", "test"], help="split of the run's corpus")
     p.add_argument("--num-t-samples", type=int, default=1, help="Monte Carlo time samples per block (diffusion)")
     p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--out", help="JSON file for the results (default: <run>/eval/<data>.json)")
+    p.add_argument("--out", help="JSON file for the results (default: <run>/eval/<data>.json, or zeroshot.json "
+                                 "for several sources)")
     p.set_defaults(func=cmd_eval)
 
     p = sub.add_parser("sample", parents=[common], help="generate sequences")
