@@ -17,7 +17,8 @@ side on the same (possibly shared) machine. Writes into `--out`:
 Resumable: a method whose run reached train.max_steps is reused (and marked with a DONE file), an interrupted
 one resumes, evaluations are cached in <run>/eval/compare.json keyed by step and t-samples. A run whose
 recorded recipe differs from the requested one is refused, naming the keys, instead of being silently reused.
-`--train-only` stops after training (to train methods in separate background processes first).
+`--until train` stops after training and `--until eval` after the test evaluation (to train and score methods in
+separate processes first; the final call then reuses both).
 """
 
 from __future__ import annotations
@@ -73,7 +74,8 @@ class Options:
     sample_num: int = 8
     sample_steps: int | None = None
     speed_rounds: int = 3
-    train_only: bool = False
+    until: str = "report"
+    """Last stage to run: train, eval or report."""
 
 
 class CompareError(ValueError):
@@ -214,7 +216,7 @@ def run(opts: Options, command: str) -> dict[str, Any] | None:
     load_at_start = os.getloadavg()[0]
     for method in opts.methods:
         train_method(configs[method], run_dirs[method])
-    if opts.train_only:
+    if opts.until == "train":
         return None
 
     results: dict[str, Any] = {
@@ -230,6 +232,8 @@ def run(opts: Options, command: str) -> dict[str, Any] | None:
         report["method_config"] = to_dict(configs[method].method)
         report["validation_curve"] = dict(zip(("steps", "bits_per_token"), _read_curve(run_dirs[method])))
         results["methods"][method] = report
+    if opts.until == "eval":
+        return None
     sample = SampleConfig(num_samples=opts.sample_num, batch_size=opts.sample_num, seq_len=base.data.seq_len,
                           steps=opts.sample_steps or base.data.seq_len, seed=0)
     results["sampling"] = {"num_samples": sample.num_samples, "seq_len": sample.seq_len, "steps": sample.steps,
@@ -327,7 +331,8 @@ def parse_args(argv: list[str] | None) -> Options:
     p.add_argument("--sample-num", type=int, default=8, help="samples per timing round")
     p.add_argument("--sample-steps", type=int, default=None, help="diffusion sampler steps (default: seq_len)")
     p.add_argument("--speed-rounds", type=int, default=3, help="interleaved timing rounds")
-    p.add_argument("--train-only", action="store_true", help="stop after training")
+    p.add_argument("--until", choices=["train", "eval", "report"], default="report",
+                   help="last stage: train, eval (test bound, cached per run) or report (timing and files)")
     p.add_argument("overrides", nargs="*", help="section.key=value overrides of the shared recipe")
     a = p.parse_args(argv)
     methods = [m for m in a.methods.split(",") if m]
@@ -338,7 +343,7 @@ def parse_args(argv: list[str] | None) -> Options:
             p.error(f"--{key.replace('_', '-')} must be >= 1")
     return Options(config=a.config, overrides=a.overrides, methods=methods, run_root=Path(a.run_root),
                    out=Path(a.out), name=a.name, num_t_samples=a.num_t_samples, sample_num=a.sample_num,
-                   sample_steps=a.sample_steps, speed_rounds=a.speed_rounds, train_only=a.train_only)
+                   sample_steps=a.sample_steps, speed_rounds=a.speed_rounds, until=a.until)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -56,7 +56,7 @@ def test_compare_trains_scores_times_and_reuses(tiny, capsys):
 
 def test_compare_refuses_a_run_of_another_recipe(tiny, capsys):
     root, overrides = tiny
-    argv = ["--methods", "ar", "--run-root", str(root / "runs"), "--train-only", *overrides]
+    argv = ["--methods", "ar", "--run-root", str(root / "runs"), "--until", "train", *overrides]
     assert cm.main(argv) == 0
     assert cm.main([*argv, "data.batch_size=2"]) == 2
     err = capsys.readouterr().err
@@ -65,6 +65,6 @@ def test_compare_refuses_a_run_of_another_recipe(tiny, capsys):
 
 def test_unknown_method_is_named(tiny, capsys):
     root, overrides = tiny
-    assert cm.main(["--methods", "ar,sedd", "--run-root", str(root / "runs"), "--train-only", *overrides]) == 2
+    assert cm.main(["--methods", "ar,sedd", "--run-root", str(root / "runs"), "--until", "train", *overrides]) == 2
     assert "unknown method 'sedd'" in capsys.readouterr().err
     assert not (root / "runs" / "ar").exists()  # nothing trained before every name was checked
