@@ -1,4 +1,4 @@
-"""The `seqdiff` command: train, eval, sample, quickstart, bench, config.
+"""The `seqdiff` command: train, eval, sample, probe, quickstart, bench, config.
 
 Every user error (a bad file, key, value, checkpoint or sampler) ends in one line on stderr naming what is
 wrong and exit status 2; nothing is written under a final name unless it is complete.
@@ -35,12 +35,13 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from seqdiff.data.genome import GenomeError
     from seqdiff.data.text_files import DataFileError
     from seqdiff.hf.export import ExportError
+    from seqdiff.probes.data import ProbeError
     from seqdiff.samplers import SamplerError
     from seqdiff.tokenizers import TokenizerError
     from seqdiff.training.run import RunError
 
     return (ConfigError, DataFileError, CheckpointError, SamplerError, TokenizerError, RunError, FetchError,
-            GenomeError, ExportError)
+            GenomeError, ExportError, ProbeError)
 
 
 # ---------------------------------------------------------------------------------------------- train
@@ -170,7 +171,13 @@ def cmd_sample(args: argparse.Namespace) -> int:
                        batch_size=args.batch_size, seq_len=length, temperature=args.temperature,
                        seed=args.seed, top_p=args.top_p, stop_at_eos=args.stop_at_eos, overlap=args.overlap,
                        semi_ar=args.length is not None or infill is not None)
-    gen = generate(model, cfg, progress=True, given=given)
+    options = {}
+    if args.sampler == "edlm":  # importance sampling with an energy (seqdiff.samplers.edlm_importance)
+        from seqdiff.edlm import load_energy
+
+        options = {"energy": load_energy(args.energy, model, args.device) if args.energy else None,
+                   "k": args.edlm_k, "window": args.edlm_window}
+    gen = generate(model, cfg, progress=True, given=given, sampler_options=options)
     fasta = args.format == "fasta" or (args.format == "auto" and model.tokenizer.unit == "base")
     text = format_samples(gen, fasta=fasta)
     if args.out:
@@ -194,15 +201,21 @@ def cmd_sample(args: argparse.Namespace) -> int:
 
 
 def _read_reference(path: str) -> str:
-    """A reference DNA sequence for --reference: FASTA (headers dropped, records joined) or plain text."""
+    """A reference DNA sequence for --reference: FASTA, plain / gzip / bgzip (records joined by `|`, so that no
+    k-mer spans two records), or plain text."""
+    from seqdiff.data.genome import GenomeError, compression, read_fasta_records
     from seqdiff.samplers import SamplerError
 
     try:
-        raw = Path(path).read_text()
-    except OSError as e:
+        with open(path, "rb") as f:
+            head = f.read(4096).lstrip()
+        if compression(path) != "plain" or head[:1] == b">":
+            seq = "|".join(s.decode("latin-1") for _, s in read_fasta_records(path))
+        else:
+            seq = "".join(line.strip() for line in Path(path).read_text().splitlines())
+    except (OSError, UnicodeDecodeError, GenomeError) as e:
         raise SamplerError(f"cannot read --reference {path}: {e}") from e
-    seq = "".join(line.strip() for line in raw.splitlines() if not line.startswith(">"))
-    if not seq:
+    if not seq.strip("|"):
         raise SamplerError(f"--reference {path} holds no sequence")
     return seq
 
@@ -215,6 +228,46 @@ def cmd_export(args: argparse.Namespace) -> int:
     print(f"exported: {out} (load with seqdiff, or with transformers' AutoModelForMaskedLM / AutoModelForCausalLM "
           f"after seqdiff.hf.register_auto_classes(), or with trust_remote_code=True)")
     return 0
+
+
+# ---------------------------------------------------------------------------------------------- probe
+def cmd_probe(args: argparse.Namespace) -> int:
+    import shlex
+
+    from seqdiff.probes import load_benchmark
+    from seqdiff.probes.protocol import ProbeConfig, load_probe_model, run_protocol
+    from seqdiff.probes.report import format_row, write_report
+
+    bench = load_benchmark(args.benchmark, data_dir=args.data_dir, test_file=args.test_file)
+    models = [load_probe_model(path, device=args.device, use_ema=not args.no_ema) for path in args.checkpoints]
+    config = ProbeConfig(seeds=args.seeds, finetune_seeds=args.finetune_seeds, layer=args.layer,
+                         rc_average=args.rc_average, device=args.device)
+    config.finetune.epochs, config.finetune.lr = args.epochs, args.lr
+    config.cnn.epochs = args.cnn_epochs
+    probes = tuple(p for p in ("frozen", "finetune") if p not in args.skip)
+    baselines = tuple(b for b in ("random", "kmer", "cnn") if b not in args.skip and (b != "random" or models))
+    print(f"{bench.name}: {len(bench.train)} train, {len(bench.test)} test, classes {bench.classes}", file=sys.stderr)
+    rows = run_protocol(bench, models, config, probes=probes, baselines=baselines)
+    settings = {"seeds": args.seeds, "finetune_seeds": args.finetune_seeds or args.seeds, "layer": args.layer,
+                "rc_average": args.rc_average, "finetune": vars(config.finetune), "cnn": vars(config.cnn),
+                "ema_weights": not args.no_ema}
+    command = "seqdiff " + shlex.join(args.argv)
+    json_path, md_path = write_report(args.out, bench, rows, command, settings)
+    width = max(len(r["model"]) for r in rows)
+    print(f"{'model':<{width}}  {'probe':<8}  test accuracy % mean [min, max] over seeds")
+    for row in rows:
+        print(f"{row['model']:<{width}}  {row['probe']:<8}  {format_row(row)}")
+    print(f"written: {json_path}, {md_path}")
+    return 0
+
+
+def _layer(value: str) -> int | str:
+    if value == "best":
+        return value
+    try:
+        return int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--layer takes an integer or 'best', not {value!r}") from None
 
 
 # ---------------------------------------------------------------------------------------------- others
@@ -342,7 +395,14 @@ def build_parser() -> argparse.ArgumentParser:
                                     "Hugging Face causal LM directory (implies --metrics)")
     p.add_argument("--reference", help="DNA reference (FASTA or plain) for GC and k-mer distances (implies "
                                        "--metrics)")
+    p.add_argument("--energy", help="--sampler edlm: KIND:PATH (ar:AR_RUN, coar:AR_RUN or nce:ENERGY.pt)")
+    p.add_argument("--edlm-k", type=int, default=2, help="--sampler edlm: candidates per importance step")
+    p.add_argument("--edlm-window", type=float, default=0.2, help="--sampler edlm: importance steps for t >= 1 - w")
     p.set_defaults(func=cmd_sample)
+
+    from seqdiff.edlm.cli import add_parser as add_edlm_parser
+
+    add_edlm_parser(sub, common)
 
     p = sub.add_parser("export", help="write a checkpoint as a Hugging Face model directory (config.json, "
                                       "model.safetensors, tokenizer files)")
@@ -351,6 +411,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-ema", action="store_true", help="export the raw weights instead of the EMA weights")
     p.add_argument("--overwrite", action="store_true", help="replace an existing output directory")
     p.set_defaults(func=cmd_export)
+
+    p = sub.add_parser("probe", help="genomic classification probes: frozen and fine-tuned, against baselines")
+    p.add_argument("checkpoints", nargs="*", metavar="CHECKPOINT", help="DNA model .ckpt files or run directories")
+    p.add_argument("--benchmark", required=True,
+                   help="splice, a Genomic Benchmarks dataset name, or a .csv / .tsv file of sequence,label")
+    p.add_argument("--data-dir", help="Genomic Benchmarks: folder holding NAME/{train,test}/{class}/*.txt; "
+                                      "splice: folder holding DNA.rda")
+    p.add_argument("--test-file", help="for a user .csv / .tsv: its test rows (default: a seeded 20%% hold-out)")
+    p.add_argument("--seeds", type=int, default=5, help="protocol seeds (random 90/10 train/validation splits)")
+    p.add_argument("--finetune-seeds", type=int, default=None, help="seeds for trained rows (default: --seeds)")
+    p.add_argument("--epochs", type=int, default=3, help="fine-tuning epochs (best on validation is kept)")
+    p.add_argument("--lr", type=float, default=3e-4, help="fine-tuning learning rate")
+    p.add_argument("--cnn-epochs", type=int, default=10, help="CNN baseline epochs (best on validation is kept)")
+    p.add_argument("--layer", type=_layer, default=None,
+                   help="layer for the frozen probe: 0 (embeddings) .. n_layers, or 'best' (chosen on validation); "
+                        "default: the final output")
+    p.add_argument("--rc-average", action="store_true", help="average embeddings with the reverse complement's")
+    p.add_argument("--skip", nargs="*", default=[], choices=["frozen", "finetune", "random", "kmer", "cnn"],
+                   help="rows to leave out")
+    p.add_argument("--out", default="reports/probes", help="report folder (writes NAME.json and NAME.md)")
+    p.add_argument("--device", default="cpu", help="cpu, cuda, ...")
+    p.add_argument("--no-ema", action="store_true", help="use the raw weights instead of the EMA weights")
+    p.set_defaults(func=cmd_probe)
 
     p = sub.add_parser("quickstart", help="train MDLM and AR on the shipped Shakespeare slice, offline")
     p.add_argument("--out", default="reports/quickstart", help="report folder")
@@ -393,6 +476,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return bench_main(argv[1:])
     args = build_parser().parse_args(argv)
+    args.argv = argv  # reports name the exact command that wrote them
     try:
         return args.func(args)
     except _user_errors() as e:

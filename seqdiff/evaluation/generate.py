@@ -134,17 +134,18 @@ def length_distribution(lengths: list[int]) -> dict[str, float]:
 
 @torch.no_grad()
 def generate(model: LoadedModel, cfg: SampleConfig, progress: bool = False,
-             given: torch.Tensor | None = None) -> Generation:
+             given: torch.Tensor | None = None, sampler_options: dict | None = None) -> Generation:
     """`cfg.num_samples` sequences in batches of `cfg.batch_size`, all draws from one seeded generator.
 
     `given` ((L,) or (num_samples, L), -1 at free positions) conditions the samples; its length is the sample
     length when `cfg.seq_len` is unset. With `cfg.semi_ar`, lengths beyond the model's context are generated in
-    blocks of the training length, overlapping by `cfg.overlap` tokens (default: half a block)."""
+    blocks of the training length, overlapping by `cfg.overlap` tokens (default: half a block).
+    `sampler_options` go to samplers that take more than the config (edlm: energy, k, window)."""
     if cfg.num_samples < 1 or cfg.batch_size < 1:
         raise ValueError("sample.num_samples and sample.batch_size must be >= 1")
     seq_len = cfg.seq_len or (given.shape[-1] if given is not None else model.seq_len)
     sampler = build_sampler(cfg.sampler, model.method, model.backbone, steps=cfg.steps,
-                            temperature=cfg.temperature, top_p=cfg.top_p)
+                            temperature=cfg.temperature, top_p=cfg.top_p, **(sampler_options or {}))
     context = model.backbone.config.max_seq_len
     block_len = min(model.seq_len, context)
     semi_ar = cfg.semi_ar and seq_len > context

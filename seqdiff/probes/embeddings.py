@@ -1,0 +1,79 @@
+"""Sequence embeddings from a seqdiff backbone: mean of the hidden states over real positions only.
+
+Padding never enters the mean (the mask weights it out) and, through the attention mask, never changes
+the real positions' states, so a sequence's embedding does not depend on what it is batched with.
+A time-conditioned backbone (e.g. SEDD) is read at noise level 0: the probe sees clean sequences.
+With `rc_average`, the embedding is the mean of the sequence's and its reverse complement's
+(the post-hoc strand symmetrization of Caduceus-Ph, applied to features).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from seqdiff.probes.data import ProbeError
+
+
+def encode_batch(tokenizer, sequences: Sequence[str], length: int | None = None) -> tuple[Tensor, Tensor]:
+    """(ids (B, L), mask (B, L) bool, True = real base), right-padded with PAD to `length` or the longest."""
+    encoded = [tokenizer.encode(s) for s in sequences]
+    L = length or max(len(e) for e in encoded)
+    ids = torch.full((len(encoded), L), tokenizer.pad_id, dtype=torch.long)
+    mask = torch.zeros((len(encoded), L), dtype=torch.bool)
+    for i, e in enumerate(encoded):
+        if len(e) > L:
+            raise ProbeError(f"sequence {i} has {len(e)} bases, more than the padded length {L}; truncate it first")
+        ids[i, : len(e)] = torch.from_numpy(np.asarray(e, dtype=np.int64))
+        mask[i, : len(e)] = True
+    return ids, mask
+
+
+def masked_mean(hidden: Tensor, mask: Tensor) -> Tensor:
+    """Mean of hidden (B, L, H) over the positions where mask (B, L) is True -> (B, H)."""
+    weights = mask.to(hidden.dtype).unsqueeze(-1)  # (B, L, 1)
+    return (hidden * weights).sum(1) / weights.sum(1).clamp_min(1.0)
+
+
+class BackboneEncoder(nn.Module):
+    """(ids, mask) -> mean-pooled hidden states (B, H) of a backbone layer (None = the final layer)."""
+
+    def __init__(self, backbone: nn.Module, complement_ids: Tensor, layer: int | None = None,
+                 rc_average: bool = False) -> None:
+        super().__init__()
+        self.backbone = backbone
+        self.layer = layer
+        self.rc_average = rc_average
+        self.register_buffer("complement_ids", complement_ids.clone(), persistent=False)
+        self.out_features = backbone.config.hidden_size
+        self.time_conditioned = bool(backbone.config.time_conditioning)
+
+    def _pooled(self, ids: Tensor, mask: Tensor) -> Tensor:
+        noise = torch.zeros(ids.shape[0], device=ids.device) if self.time_conditioned else None
+        attention_mask = None if bool(mask.all()) else mask  # full rows: the fast attention path
+        hidden = self.backbone.hidden_states(ids, noise, attention_mask, layer=self.layer)  # (B, L, H)
+        return masked_mean(hidden.float(), mask)
+
+    def forward(self, ids: Tensor, mask: Tensor) -> Tensor:
+        pooled = self._pooled(ids, mask)  # (B, H)
+        if not self.rc_average:
+            return pooled
+        rc_ids = self.complement_ids[ids].flip(-1)  # PAD maps to PAD, so padding moves to the left
+        return 0.5 * (pooled + self._pooled(rc_ids, mask.flip(-1)))
+
+
+@torch.no_grad()
+def embed_sequences(encoder: nn.Module, tokenizer, sequences: Sequence[str], batch_size: int = 64,
+                    device: str | torch.device = "cpu") -> np.ndarray:
+    """(N, H) float32 embeddings, computed in batches sorted by length (less padding)."""
+    encoder.eval().to(device)
+    order = np.argsort([len(s) for s in sequences], kind="stable")
+    out = np.zeros((len(sequences), encoder.out_features), dtype=np.float32)
+    for start in range(0, len(order), batch_size):
+        index = order[start:start + batch_size]
+        ids, mask = encode_batch(tokenizer, [sequences[i] for i in index])
+        out[index] = encoder(ids.to(device), mask.to(device)).cpu().numpy()
+    return out
