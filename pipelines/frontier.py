@@ -4,7 +4,8 @@
         --steps 8,16,32,64,128,256 --num-samples 16 --batch-size 1 --out reports/generation
 
 Each checkpoint brings the samplers of its method (`FRONTIER_SAMPLERS`: MDLM uncached ancestral and cached,
-SEDD analytic, EDLM's own when registered, AR with its KV cache). Every diffusion sampler runs at every step
+and EDLM importance sampling on the MDLM when an energy is given with --edlm-energy; SEDD analytic; AR with
+its KV cache). Every diffusion sampler runs at every step
 count; AR runs once (one token per forward pass, its step count is the length). For each (sampler, steps):
 seconds per sample (wall-clock), denoiser calls, generative perplexity under the oracle and the per-sample
 unigram entropy, distinct-n and repetition (seqdiff.evaluation.metrics: one implementation for all jobs).
@@ -31,12 +32,11 @@ from pathlib import Path
 from typing import Any
 
 FRONTIER_SAMPLERS: dict[str, tuple[str, ...]] = {
-    "mdlm": ("ancestral", "cached"),
+    "mdlm": ("ancestral", "cached", "edlm"),
     "sedd": ("analytic",),
-    "edlm": ("edlm",),
     "ar": ("ar",),
 }
-"""Registry: a checkpoint's method -> the samplers the frontier runs on it (those not in SAMPLERS are skipped)."""
+"""Registry: a checkpoint's method -> the samplers the frontier runs on it (edlm: with --edlm-energy only)."""
 LABELS = {"ancestral": "MDLM uncached", "cached": "MDLM cached", "analytic": "SEDD analytic", "edlm": "EDLM",
           "ar": "AR (KV cache)"}
 
@@ -49,6 +49,8 @@ class Arm:
     sampler: str
     model: Any
     path: str
+    options: dict[str, Any] | None = None
+    """Sampler options beyond the config (edlm: energy, k, window)."""
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -56,6 +58,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="a run directory / .ckpt (MDLM, SEDD, EDLM or AR); repeat for each model")
     p.add_argument("--oracle",
                    help="causal LM for generative perplexity: a seqdiff AR run or a Hugging Face causal LM directory")
+    p.add_argument("--edlm-energy", metavar="KIND:PATH",
+                   help="also run EDLM importance sampling on each MDLM checkpoint with this energy (ar:AR_RUN, "
+                        "coar:AR_RUN or nce:ENERGY.pt)")
+    p.add_argument("--edlm-k", type=int, default=2, help="EDLM: candidates per importance step")
+    p.add_argument("--edlm-window", type=float, default=0.2, help="EDLM: importance steps for t >= 1 - window")
     p.add_argument("--steps", default="8,16,32,64,128,256", help="comma-separated step counts (diffusion)")
     p.add_argument("--length", type=int, default=None, help="tokens per sample (default: the models' block length)")
     p.add_argument("--num-samples", type=int, default=16, help="samples per sampler and step count")
@@ -68,7 +75,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="only rewrite README.md and the figures from <out>/frontier.json (no sampling)")
 
 
-def build_arms(paths: list[str], device: str, use_ema: bool) -> list[Arm]:
+def build_arms(paths: list[str], device: str, use_ema: bool, edlm: dict[str, Any] | None = None) -> list[Arm]:
+    """Every (checkpoint, sampler) pair to run; `edlm` ({"energy": spec, "k", "window"}) adds EDLM on MDLM."""
     from seqdiff.checkpoint import load_checkpoint
     from seqdiff.samplers import SAMPLERS
 
@@ -83,7 +91,18 @@ def build_arms(paths: list[str], device: str, use_ema: bool) -> list[Arm]:
             if name == "cached" and getattr(model.backbone.config, "time_conditioning", False):
                 print(f"[frontier] {path} is time-conditioned: no cached sampler", file=sys.stderr)
                 continue
-            arms.append(Arm(LABELS.get(name, name), name, model, str(model.path)))
+            options = None
+            if name == "edlm":
+                if not edlm:
+                    continue  # EDLM needs an energy: --edlm-energy
+                from seqdiff.edlm import load_energy
+
+                options = {"energy": load_energy(edlm["energy"], model, device), "k": edlm["k"],
+                           "window": edlm["window"]}
+            label = LABELS.get(name, name)
+            if name == "edlm":
+                label = f"EDLM ({edlm['energy'].split(':')[0]} energy, k={edlm['k']}, window {edlm['window']})"
+            arms.append(Arm(label, name, model, str(model.path), options))
     return arms
 
 
@@ -93,7 +112,7 @@ def _generate(arm: Arm, steps: int, length: int, batch: int, seed: int):
 
     cfg = SampleConfig(sampler=arm.sampler, steps=steps, num_samples=batch, batch_size=batch, seq_len=length,
                        seed=seed)
-    return generate(arm.model, cfg)
+    return generate(arm.model, cfg, sampler_options=arm.options)
 
 
 def reference_windows(model, length: int, count: int, seed: int) -> list:
@@ -122,7 +141,9 @@ def run_frontier(args: argparse.Namespace) -> dict[str, Any]:
         raise ValueError("--num-samples must be a positive multiple of --batch-size")
     started = time.time()
     load_start = os.getloadavg()[0]
-    arms = build_arms(args.checkpoint, args.device, not args.no_ema)
+    edlm = ({"energy": args.edlm_energy, "k": args.edlm_k, "window": args.edlm_window}
+            if args.edlm_energy else None)
+    arms = build_arms(args.checkpoint, args.device, not args.no_ema, edlm)
     if not arms:
         raise ValueError("no sampler to run: give MDLM, SEDD, EDLM or AR checkpoints")
     length = args.length or min(a.model.seq_len for a in arms)

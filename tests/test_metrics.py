@@ -211,11 +211,12 @@ def test_hf_oracle_retokenizes_and_scores_from_bos(tmp_path):
 def test_frontier_runs_every_sampler_side_by_side(runs, tmp_path, capsys):
     out = tmp_path / "generation"
     assert main(["frontier", "--checkpoint", str(runs / "mdlm"), "--checkpoint", str(runs / "ar"), "--oracle",
-                 str(runs / "ar"), "--steps", "4,8,32", "--length", "32", "--num-samples", "2", "--out", str(out)]) == 0
+                 str(runs / "ar"), "--steps", "4,8,32", "--length", "32", "--num-samples", "2", "--out", str(out),
+                 "--edlm-energy", f"ar:{runs / 'ar'}"]) == 0
     result = json.loads((out / "frontier.json").read_text())
     grid = [(r["sampler"], r["steps"]) for r in result["rows"]]
     assert grid == [("ancestral", 4), ("ancestral", 8), ("ancestral", 32), ("cached", 4), ("cached", 8),
-                    ("cached", 32), ("ar", 32)]
+                    ("cached", 32), ("edlm", 4), ("edlm", 8), ("edlm", 32), ("ar", 32)]
     for r in result["rows"]:
         assert math.isfinite(r["gen_perplexity"]) and r["gen_perplexity"] > 1 and r["unigram_entropy_nats"] > 0
         assert r["seconds_per_sample_min"] <= r["seconds_per_sample"] <= r["seconds_per_sample_max"]
