@@ -11,7 +11,7 @@ from pathlib import Path
 
 
 def _data_tokens(args, model):
-    from seqdiff.cli import load_eval_tokens
+    from seqdiff.evaluation.zeroshot import load_eval_tokens
     from seqdiff.data.text import split_path
 
     if args.data:

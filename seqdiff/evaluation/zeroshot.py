@@ -82,6 +82,18 @@ def _dataset_source(value: str, split: str) -> EvalSource:
     return EvalSource(f"{name}/{chosen}", chosen, corpus=name)
 
 
+def load_eval_tokens(path: Path, model: LoadedModel):
+    """(tokens, loss mask or None) of one file as a single stream: a FASTA file for DNA models (False at N
+    bases), otherwise a text file read whole (for jobs that score a token stream, e.g. `seqdiff edlm eval`)."""
+    if model.tokenizer.kind == "nucleotide" and Path(path).name.lower().endswith(FASTA_SUFFIXES):
+        from seqdiff.data.genome import fasta_tokens
+
+        return fasta_tokens(path, model.tokenizer)
+    from seqdiff.data.text import tokenize_file
+
+    return tokenize_file(path, model.tokenizer), None
+
+
 def source_config(model: LoadedModel, source: EvalSource, batch_size: int,
                   detokenizer: str | None = None) -> DataConfig:
     """The data config that reads `source` like the checkpoint's own evaluation data (block mode, length,
