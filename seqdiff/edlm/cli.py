@@ -11,8 +11,8 @@ from pathlib import Path
 
 
 def _data_tokens(args, model):
-    from seqdiff.evaluation.zeroshot import load_eval_tokens
     from seqdiff.data.text import split_path
+    from seqdiff.evaluation.zeroshot import load_eval_tokens
 
     if args.data:
         path = Path(args.data)
