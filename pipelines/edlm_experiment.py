@@ -69,7 +69,11 @@ def sample_row(model, oracle, sampler, steps, n, options=None, seed=0) -> dict:
     cfg = SampleConfig(sampler=sampler, steps=steps, num_samples=n, batch_size=n, seq_len=model.seq_len, seed=seed)
     gen = generate(model, cfg, sampler_options=options)
     m = generation_metrics(gen.tokens, gen.texts, oracle=oracle)
+    per = np.array([oracle.nll([text]) for text in gen.texts], dtype=np.float64)  # (n, 2): NLL sum, tokens
+    rate = per[:, 0].sum() / per[:, 1].sum()
+    se = math.sqrt(((per[:, 0] - rate * per[:, 1]) ** 2).sum() / (n * (n - 1))) / per[:, 1].mean()  # ratio est.
     row = {"sampler": sampler, "steps": steps, "num_samples": n, "gen_perplexity": m["gen_perplexity"],
+           "gen_perplexity_interval": [math.exp(rate - 2 * se), math.exp(rate + 2 * se)],
            "unigram_entropy_nats": m["unigram_entropy_nats"], "seconds_per_sample": gen.seconds / n,
            "denoiser_calls": gen.denoiser_calls, "example": gen.texts[0][:120]}
     if gen.stats:
@@ -207,19 +211,25 @@ def write_readme(summary: dict, out: Path) -> None:
               "so EDLM-AR's gen-PPL is flattered by construction; EDLM-NCE's is not. "
               f"AR's own samples: gen-PPL {summary['ar_samples']['gen_perplexity']:.2f}, entropy "
               f"{summary['ar_samples']['unigram_entropy_nats']:.3f}.", "",
-              "| sampler | steps | gen-PPL | entropy | s / sample | mean ESS |", "|---|---|---|---|---|---|"]
+              "| sampler | steps | gen-PPL | ±2 s.e. interval | entropy | s / sample | mean ESS |",
+              "|---|---|---|---|---|---|---|"]
     for name, rows in summary["generation"].items():
         for r in rows:
-            lines.append(f"| {name} | {r['steps']} | {r['gen_perplexity']:.2f} | {r['unigram_entropy_nats']:.3f} | "
-                         f"{r['seconds_per_sample']:.4f} | {_fmt(r.get('mean_effective_sample_size'))} |")
+            lo, hi = r.get("gen_perplexity_interval", [None, None])
+            lines.append(f"| {name} | {r['steps']} | {r['gen_perplexity']:.2f} | {_fmt(lo)} - {_fmt(hi)} | "
+                         f"{r['unigram_entropy_nats']:.3f} | {r['seconds_per_sample']:.4f} | "
+                         f"{_fmt(r.get('mean_effective_sample_size'))} |")
     lines += ["", "![gen-PPL vs wall-clock](gen_ppl_vs_time.png)", "",
               "`MDLM via edlm sampler (k=1)` is MDLM in law, run through the EDLM sampler's per-row loop: the "
               "timing baseline with the same bookkeeping overhead.", "",
               f"## Ablation (EDLM-AR, {st['ablation_steps']} steps)", "",
-              "| k | w | gen-PPL | entropy | s / sample | mean ESS |", "|---|---|---|---|---|---|"]
+              "| k | w | gen-PPL | ±2 s.e. interval | entropy | s / sample | mean ESS |",
+              "|---|---|---|---|---|---|---|"]
     for key in ("k", "w"):
         for r in summary["ablation"][key]:
+            lo, hi = r.get("gen_perplexity_interval", [None, None])
             lines.append(f"| {r['edlm_k']} | {r['edlm_window']} | {r['gen_perplexity']:.2f} | "
+                         f"{_fmt(lo)} - {_fmt(hi)} | "
                          f"{r['unigram_entropy_nats']:.3f} | {r['seconds_per_sample']:.4f} | "
                          f"{_fmt(r.get('mean_effective_sample_size'))} |")
     lines += ["", "![ablation](ablation.png)", ""]
