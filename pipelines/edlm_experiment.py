@@ -149,11 +149,15 @@ def goals(summary: dict) -> list[tuple[str, str, str]]:
             wins.append(e["gen_perplexity"] < m["gen_perplexity"])
             collapse.append(e["unigram_entropy_nats"] < 0.95 * m["unigram_entropy_nats"])
         met = all(wins) and not any(collapse)
+        significant = sum(e.get("gen_perplexity_interval", [0, math.inf])[1] <
+                          m.get("gen_perplexity_interval", [0, 0])[0] for m, e in zip(gen["MDLM"], gen[name]))
         detail = ", ".join(f"{m['steps']} steps: {e['gen_perplexity']:.2f} vs {m['gen_perplexity']:.2f} "
                            f"(entropy {e['unigram_entropy_nats']:.3f} vs {m['unigram_entropy_nats']:.3f})"
                            for m, e in zip(gen["MDLM"], gen[name]))
+        detail += f"; lower by more than ±2 s.e. at {significant}/{len(wins)} step counts"
         out.append((f"{name} below MDLM in gen-PPL at equal steps, no entropy collapse (entropy >= 95% of "
-                    f"MDLM's; data: {_fmt(ref_h, 3)} nats)", "met" if met else
+                    f"MDLM's; data: {_fmt(ref_h, 3)} nats)",
+                    ("met" if significant == len(wins) else "met in point estimates only (within noise)") if met else
                     f"not met ({sum(wins)}/{len(wins)} step counts lower, {sum(collapse)} with lower entropy)",
                     detail))
     bpc = summary["bits_per_character"]
@@ -167,8 +171,12 @@ def goals(summary: dict) -> list[tuple[str, str, str]]:
         rows = summary["speedup_vs_mdlm_cached"][name]
         speed = [r["speedup"] for r in rows if r["speedup"] is not None]
         best = max(speed) if speed else None
-        out.append((f"{name} >= 1.3x faster than MDLM (cached sampler) at equal gen-PPL",
-                    "met" if best is not None and best >= 1.3 else "not met",
+        # a speed-up at equal quality needs EDLM's quality gain to be real, not sampling noise
+        real = any(e.get("gen_perplexity_interval", [0, math.inf])[1] < m.get("gen_perplexity_interval", [0, 0])[0]
+                   for m, e in zip(gen["MDLM"], gen[name]))
+        verdict = "not met" if best is None or best < 1.3 else ("met" if real else
+                  "not shown: a ratio >= 1.3 comes from gen-PPL differences within ±2 s.e.")
+        out.append((f"{name} >= 1.3x faster than MDLM (cached sampler) at equal gen-PPL", verdict,
                     "speedups where MDLM's curve reaches the same gen-PPL: " +
                     (", ".join(f"{r['steps']} steps {r['speedup']:.2f}x" for r in rows if r["speedup"]) or
                      "none (EDLM's gen-PPL is outside MDLM's range)")))
@@ -190,6 +198,29 @@ def write_readme(summary: dict, out: Path) -> None:
         f"{_fmt((summary['nce_training'] or {}).get('accuracy'), 3)}.", "",
         "## Goals", "", "| goal | result | numbers |", "|---|---|---|"]
     lines += [f"| {g} | {r} | {d} |" for g, r, d in goals(summary)]
+    bpc = summary["bits_per_character"]
+    lines += ["", "## Reading", "",
+              "- **Likelihood.** Only the `marginal` rows are upper bounds. They need per-position marginals of "
+              "the EDLM step, estimated by importance sampling from the MDLM with n draws; for the AR and coAR "
+              "energies the log-weights log p_AR - log mu of 128-character blocks spread over tens of nats, so "
+              "with n this small log Z_l is far underestimated and the bound is valid but very loose "
+              f"(EDLM-AR {bpc['EDLM-AR (marginal)']['bits_per_character']:.1f}, EDLM-coAR "
+              f"{bpc['EDLM-coAR (marginal)']['bits_per_character']:.1f} bpc; both shrink as n grows, see the "
+              "reruns below if any). The NCE energy, trained briefly, stays close to zero, so its bound is "
+              "tight and lands near MDLM's (same (t, x_t) draws).",
+              "- The `sequence` rows are the paper's form. For coAR it is exact and equals (1 - eps) x the AR NLL "
+              "in expectation (tests/test_edlm.py checks this by enumeration), so the 2% goal is met by "
+              "construction, up to Monte Carlo noise. For the AR energy it is not a bound at all: it tends to a "
+              "pseudo-likelihood of the masked block given context on both sides, and with small n the corrected "
+              "log Z estimate (2n-1) log Z_n - 2(n-1) log Z_{n-1} is dominated by single huge weights, which can "
+              "push the number below zero "
+              f"({bpc['EDLM-AR (sequence)']['bits_per_character']:.2f} bpc here).",
+              "- **Generation.** The base models are tiny (2 layers, 1000 steps on a shared CPU): samples are far "
+              "from the data (AR samples have gen-PPL ~4, MDLM's ~30-40). EDLM (k = 2, w = 0.2) changes gen-PPL "
+              "by less than the sampling noise of this many samples; entropy does not collapse. The speed-up "
+              "read off the interpolated curves is therefore noise, not evidence. The issue's goals on quality "
+              "and speed are not shown by this run; a larger MDLM / AR pair and many more samples are needed.",
+              "- EDLM-AR's oracle is its own energy model, which favours it; EDLM-NCE does not share that bias.", ""]
     lines += ["", f"## Bits per character (first {st['eval_tokens']} characters of the test split)", "",
               f"{st['num_t_samples']} Monte Carlo (t, x_t) draws per block; n = {st['num_partition_samples']} draws "
               "of the MDLM per log-partition estimate.", "",
