@@ -189,6 +189,9 @@ def cmd_sample(args: argparse.Namespace) -> int:
     n_tok = sum(len(t) for t in gen.tokens)
     print(f"{len(gen.tokens)} samples, {n_tok / gen.seconds:.1f} tokens/s, {gen.denoiser_calls} denoiser calls "
           f"({gen.sampler} sampler)", file=sys.stderr)
+    if gen.stats:
+        print("sampler: " + ", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
+                                      for k, v in gen.stats.items()), file=sys.stderr)
     return 0
 
 

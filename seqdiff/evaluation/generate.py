@@ -34,6 +34,8 @@ class Generation:
     sampler: str
     lengths: list[int] | None = None
     """Length of each sample in tokens (after EOS truncation when asked)."""
+    stats: dict | None = None
+    """What the sampler reports about itself, when it does (edlm: effective sample size)."""
 
 
 def placeholder_char(tokenizer: Tokenizer) -> str:
@@ -158,7 +160,7 @@ def generate(model: LoadedModel, cfg: SampleConfig, progress: bool = False,
         tokens = [truncate_at_eos(t, model.tokenizer.eos_id) for t in tokens]
     texts = [model.tokenizer.decode(t) for t in tokens]
     return Generation(tokens=tokens, texts=texts, seconds=seconds, denoiser_calls=calls, sampler=sampler.name,
-                      lengths=[len(t) for t in tokens])
+                      lengths=[len(t) for t in tokens], stats=sampler.stats() if hasattr(sampler, "stats") else None)
 
 
 def format_samples(gen: Generation, fasta: bool) -> str:
