@@ -210,3 +210,14 @@ def test_probe_command_refuses_text_models_and_bad_names(tmp_path, capsys):
         from seqdiff.probes.protocol import ProbeConfig, run_protocol
 
         run_protocol(None, [], ProbeConfig(), baselines=("random",))
+
+
+def test_published_rows_are_printed_only_where_listed(monkeypatch):
+    from seqdiff.probes import report
+
+    assert "Genomic Benchmarks datasets only" in report.published_lines("splice")[0]
+    assert "No published numbers" in report.published_lines("human_nontata_promoters")[0]
+    row = report.PublishedRow("Some model", 0.9123, 0.004, "Paper 2024, Table 9")
+    monkeypatch.setitem(report.PUBLISHED, "human_nontata_promoters", [row])
+    lines = report.published_lines("human_nontata_promoters")
+    assert lines[-1] == "| Some model | 91.2 | ±0.4 | Paper 2024, Table 9 |"

@@ -183,17 +183,17 @@ def _accelerator(device: str) -> str:
 @dataclass(frozen=True)
 class RowKind:
     run: Callable[..., Any]
-    needs_model: bool
+    """(model or None, split, seed, config) -> linear.Selected"""
     trained: bool
     """Trained rows use `finetune_seeds`."""
     label: str
 
 
 PROBES: dict[str, RowKind] = {
-    "frozen": RowKind(_frozen, True, False, "frozen probe (mean pool + logistic regression)"),
-    "finetune": RowKind(_finetune, True, True, "fine-tuned (backbone + linear head)"),
-    "kmer": RowKind(_kmer, False, False, "k-mer (k=3..6) + logistic regression"),
-    "cnn": RowKind(_cnn, False, True, "Genomic Benchmarks CNN"),
+    "frozen": RowKind(_frozen, False, "frozen probe (mean pool + logistic regression)"),
+    "finetune": RowKind(_finetune, True, "fine-tuned (backbone + linear head)"),
+    "kmer": RowKind(_kmer, False, "k-mer (k=3..6) + logistic regression"),
+    "cnn": RowKind(_cnn, True, "Genomic Benchmarks CNN"),
 }
 
 
