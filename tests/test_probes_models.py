@@ -221,3 +221,14 @@ def test_published_rows_are_printed_only_where_listed(monkeypatch):
     monkeypatch.setitem(report.PUBLISHED, "human_nontata_promoters", [row])
     lines = report.published_lines("human_nontata_promoters")
     assert lines[-1] == "| Some model | 91.2 | ±0.4 | Paper 2024, Table 9 |"
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_all_layers_in_one_pass_match_layer_by_layer(causal):
+    model = backbone(causal, n_layers=3)
+    seqs = ["ACGTACGTAA", "GGCCA", "TTTTGCA"]
+    both = embed_sequences(BackboneEncoder(model, TOK.complement_ids, all_layers=True, rc_average=True), TOK, seqs)
+    assert both.shape == (3, 4, 32)
+    for i, layer in enumerate([0, 1, 2, None]):
+        one = embed_sequences(BackboneEncoder(model, TOK.complement_ids, layer=layer, rc_average=True), TOK, seqs)
+        np.testing.assert_allclose(both[:, i], one, atol=1e-5, rtol=1e-5)

@@ -39,13 +39,15 @@ def masked_mean(hidden: Tensor, mask: Tensor) -> Tensor:
 
 
 class BackboneEncoder(nn.Module):
-    """(ids, mask) -> mean-pooled hidden states (B, H) of a backbone layer (None = the final layer)."""
+    """(ids, mask) -> mean-pooled hidden states (B, H) of a backbone layer (None = the final layer), or of
+    every layer at once with `all_layers` (B, n_layers + 1, H), for choosing the layer on validation."""
 
     def __init__(self, backbone: nn.Module, complement_ids: Tensor, layer: int | None = None,
-                 rc_average: bool = False) -> None:
+                 rc_average: bool = False, all_layers: bool = False) -> None:
         super().__init__()
         self.backbone = backbone
         self.layer = layer
+        self.all_layers = all_layers
         self.rc_average = rc_average
         self.register_buffer("complement_ids", complement_ids.clone(), persistent=False)
         self.out_features = backbone.config.hidden_size
@@ -57,23 +59,43 @@ class BackboneEncoder(nn.Module):
         hidden = self.backbone.hidden_states(ids, noise, attention_mask, layer=self.layer)  # (B, L, H)
         return masked_mean(hidden.float(), mask)
 
+    def _pooled_layers(self, ids: Tensor, mask: Tensor) -> Tensor:
+        """Every candidate layer in one pass: (B, n_layers + 1, H) = token embeddings, the outputs of blocks
+        1 .. n_layers - 1, and the final output; captured with forward hooks."""
+        captured: list[Tensor] = []
+        modules = [self.backbone.embed, *self.backbone.blocks[:-1]]
+        hooks = [m.register_forward_hook(lambda module, args, out: captured.append(out)) for m in modules]
+        try:
+            saved, self.layer = self.layer, None
+            final = self._pooled(ids, mask)
+        finally:
+            self.layer = saved
+            for h in hooks:
+                h.remove()
+        return torch.stack([*(masked_mean(h.float(), mask) for h in captured), final], dim=1)
+
     def forward(self, ids: Tensor, mask: Tensor) -> Tensor:
-        pooled = self._pooled(ids, mask)  # (B, H)
+        """(B, H); with `all_layers`, (B, n_layers + 1, H) (see `_pooled_layers`)."""
+        pool = self._pooled_layers if self.all_layers else self._pooled
+        pooled = pool(ids, mask)
         if not self.rc_average:
             return pooled
         rc_ids = self.complement_ids[ids].flip(-1)  # PAD maps to PAD, so padding moves to the left
-        return 0.5 * (pooled + self._pooled(rc_ids, mask.flip(-1)))
+        return 0.5 * (pooled + pool(rc_ids, mask.flip(-1)))
 
 
 @torch.no_grad()
 def embed_sequences(encoder: nn.Module, tokenizer, sequences: Sequence[str], batch_size: int = 64,
                     device: str | torch.device = "cpu") -> np.ndarray:
-    """(N, H) float32 embeddings, computed in batches sorted by length (less padding)."""
+    """(N, H) float32 embeddings ((N, n_layers + 1, H) with all_layers), in batches sorted by length."""
     encoder.eval().to(device)
     order = np.argsort([len(s) for s in sequences], kind="stable")
-    out = np.zeros((len(sequences), encoder.out_features), dtype=np.float32)
+    out = None
     for start in range(0, len(order), batch_size):
         index = order[start:start + batch_size]
         ids, mask = encode_batch(tokenizer, [sequences[i] for i in index])
-        out[index] = encoder(ids.to(device), mask.to(device)).cpu().numpy()
+        pooled = encoder(ids.to(device), mask.to(device)).cpu().numpy()  # (B, H) or (B, n_layers + 1, H)
+        if out is None:
+            out = np.zeros((len(sequences), *pooled.shape[1:]), dtype=np.float32)
+        out[index] = pooled
     return out

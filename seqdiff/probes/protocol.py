@@ -98,8 +98,10 @@ def _frozen(model: ProbeModel, split: Split, seed: int, config: ProbeConfig):
     from seqdiff.probes.linear import Selected, fit_logistic
 
     best = None
-    for layer in candidate_layers(model.backbone, config.layer):
-        result = fit_logistic(_frozen_features(model, split, layer, config), split.labels(), seed)
+    feats = _frozen_features(model, split, config)  # split -> (N, n_candidate_layers, H)
+    layers = candidate_layers(model.backbone, config.layer)
+    for i, layer in enumerate(layers):
+        result = fit_logistic({k: v[:, i] for k, v in feats.items()}, split.labels(), seed)
         if best is None or result.val_accuracy > best.val_accuracy:
             best = Selected(result.val_accuracy, result.test_accuracy,
                             {"layer": "final" if layer is None else layer, **result.choice})
@@ -107,22 +109,25 @@ def _frozen(model: ProbeModel, split: Split, seed: int, config: ProbeConfig):
 
 
 def candidate_layers(backbone: nn.Module, layer: int | str | None) -> list[int | None]:
-    """The layers a frozen probe tries: the one asked for, or with "best" every block's output and the final
-    (normed) output, 0 = token embeddings; validation accuracy picks among them."""
+    """The layers a frozen probe tries: the one asked for, or with "best" the token embeddings (0), the outputs
+    of blocks 1 .. n_layers - 1 and the final output (None); validation accuracy picks among them."""
     if layer == BEST_LAYER:
         return [*range(backbone.config.n_layers), None]
     return [layer]
 
 
-def _frozen_features(model: ProbeModel, split: Split, layer: int | None, config: ProbeConfig) -> dict[str, np.ndarray]:
+def _frozen_features(model: ProbeModel, split: Split, config: ProbeConfig) -> dict[str, np.ndarray]:
     from seqdiff.probes.embeddings import BackboneEncoder, embed_sequences
 
-    encoder = BackboneEncoder(model.backbone, model.tokenizer.complement_ids, layer, config.rc_average)
+    best = config.layer == BEST_LAYER
+    encoder = BackboneEncoder(model.backbone, model.tokenizer.complement_ids, None if best else config.layer,
+                              config.rc_average, all_layers=best)
     # a frozen backbone embeds a sequence the same way for every seed: embed each distinct sequence once
-    cache = _EMBEDDINGS.setdefault((model.backbone, layer, config.rc_average), {})
+    cache = _EMBEDDINGS.setdefault((model.backbone, config.layer, config.rc_average), {})
     missing = sorted({s for seqs in split.sequences().values() for s in seqs} - cache.keys())
     if missing:
-        cache.update(zip(missing, embed_sequences(encoder, model.tokenizer, missing, device=config.device)))
+        vectors = embed_sequences(encoder, model.tokenizer, missing, device=config.device)
+        cache.update(zip(missing, vectors if best else vectors[:, None]))  # (n_layers + 1, H) or (1, H)
     return {k: np.stack([cache[s] for s in seqs]) for k, seqs in split.sequences().items()}
 
 
