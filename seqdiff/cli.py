@@ -229,12 +229,17 @@ def cmd_probe(args: argparse.Namespace) -> int:
     probes = tuple(p for p in ("frozen", "finetune") if p not in args.skip)
     baselines = tuple(b for b in ("random", "kmer", "cnn") if b not in args.skip and (b != "random" or models))
     print(f"{bench.name}: {len(bench.train)} train, {len(bench.test)} test, classes {bench.classes}", file=sys.stderr)
-    rows = run_protocol(bench, models, config, probes=probes, baselines=baselines)
     settings = {"seeds": args.seeds, "finetune_seeds": args.finetune_seeds or args.seeds, "layer": args.layer,
                 "rc_average": args.rc_average, "finetune": vars(config.finetune), "cnn": vars(config.cnn),
                 "ema_weights": not args.no_ema}
     command = "seqdiff " + shlex.join(args.argv)
-    json_path, md_path = write_report(args.out, bench, rows, command, settings)
+
+    def partial(rows, total):  # the report is rewritten after every row; an interrupted run leaves what it did
+        notes = [] if len(rows) == total else [f"PARTIAL: {len(rows)} of {total} rows done (run interrupted?)"]
+        return write_report(args.out, bench, rows, command, settings, notes=notes)
+
+    rows = run_protocol(bench, models, config, probes=probes, baselines=baselines, on_row=partial)
+    json_path, md_path = partial(rows, len(rows))
     width = max(len(r["model"]) for r in rows)
     print(f"{'model':<{width}}  {'probe':<8}  test accuracy % mean [min, max] over seeds")
     for row in rows:

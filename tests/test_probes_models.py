@@ -163,14 +163,15 @@ def test_probe_command_end_to_end(dna_run, tmp_path, capsys):
     printed = capsys.readouterr().out
     report = json.loads((out / "toy.json").read_text())
     kinds = [(r["probe"], r["pretrained"]) for r in report["rows"]]
-    assert kinds == [("frozen", True), ("finetune", True), ("frozen", False), ("finetune", False),
-                     ("kmer", None), ("cnn", None)]
+    assert kinds == [("frozen", True), ("frozen", False), ("kmer", None), ("cnn", None), ("finetune", True),
+                     ("finetune", False)]  # the costliest rows last
     frozen = report["rows"][0]
-    assert frozen["seeds"] == 2 and len(frozen["test_accuracy"]) == 2 and report["rows"][1]["seeds"] == 1
+    assert frozen["seeds"] == 2 and len(frozen["test_accuracy"]) == 2 and report["rows"][4]["seeds"] == 1
     assert frozen["context"] == 64 and frozen["truncated_sequences"] == 80  # every sequence (70 > 64)
     assert frozen["test_accuracy_min"] <= frozen["test_accuracy_mean"] <= frozen["test_accuracy_max"]
     assert all(choice["layer"] in (0, 1, "final") for choice in frozen["selected"])  # test preset: 2 layers
-    assert report["rows"][4]["test_accuracy_mean"] > 0.9  # k-mer counts see GC content directly
+    assert report["rows"][2]["test_accuracy_mean"] > 0.9  # k-mer counts see GC content directly
+    assert report["notes"] == []  # complete: no PARTIAL note
     md = (out / "toy.md").read_text()
     assert md.startswith("# Probes on toy") and "seqdiff probe " in md and "| k-mer" in md
     assert "test accuracy % mean" in printed

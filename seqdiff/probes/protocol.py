@@ -263,23 +263,29 @@ def run_row(kind: str, model: ProbeModel | None, bench: Benchmark, config: Probe
 def run_protocol(bench: Benchmark, models: list[ProbeModel], config: ProbeConfig,
                  probes: tuple[str, ...] = ("frozen", "finetune"),
                  baselines: tuple[str, ...] = ("random", "kmer", "cnn"),
-                 log: Callable[[str], None] = _stderr) -> list[dict[str, Any]]:
-    """Every row: each model x each of `probes`, then the baselines (random init of models[0], k-mer, CNN)."""
+                 log: Callable[[str], None] = _stderr,
+                 on_row: Callable[[list[dict[str, Any]], int], None] | None = None) -> list[dict[str, Any]]:
+    """Every row: frozen probes (each model, then the random init of models[0]), the k-mer and CNN baselines,
+    then the fine-tuned rows (the costliest last). `on_row(rows so far, total)` is called after each row, so a
+    caller can write partial reports."""
     unknown = sorted(set(probes) - {"frozen", "finetune"}) + sorted(set(baselines) - {"random", "kmer", "cnn"})
     if unknown:
         raise ProbeError(f"unknown probe or baseline {unknown}; probes: frozen, finetune; baselines: random, kmer, cnn")
     if "random" in baselines and not models:
         raise ProbeError("the random-init baseline copies a checkpoint's architecture: give at least one checkpoint")
-    rows = []
-    for model in models:
-        for kind in probes:
-            rows.append(run_row(kind, model, bench, config, log))
-    if "random" in baselines:
-        for kind in probes:
-            rows.append(run_row(kind, None, bench, config, log, random_init_of=models[0]))
-    for kind in ("kmer", "cnn"):
-        if kind in baselines:
-            rows.append(run_row(kind, None, bench, config, log))
+    plan: list[tuple[str, ProbeModel | None, ProbeModel | None]] = []  # (kind, model, random init of)
+    for kind in ("frozen", "kmer", "cnn", "finetune"):
+        if kind in probes:
+            plan += [(kind, model, None) for model in models]
+            if "random" in baselines:
+                plan.append((kind, None, models[0]))
+        elif kind in baselines:
+            plan.append((kind, None, None))
+    rows: list[dict[str, Any]] = []
+    for kind, model, random_of in plan:
+        rows.append(run_row(kind, model, bench, config, log, random_init_of=random_of))
+        if on_row is not None:
+            on_row(rows, len(plan))
     return rows
 
 
