@@ -223,15 +223,15 @@ def cmd_probe(args: argparse.Namespace) -> int:
     bench = load_benchmark(args.benchmark, data_dir=args.data_dir, test_file=args.test_file)
     models = [load_probe_model(path, device=args.device, use_ema=not args.no_ema) for path in args.checkpoints]
     config = ProbeConfig(seeds=args.seeds, finetune_seeds=args.finetune_seeds, layer=args.layer,
-                         rc_average=args.rc_average, device=args.device)
+                         rc_average=args.rc_average, pool=args.pool, device=args.device)
     config.finetune.epochs, config.finetune.lr = args.epochs, args.lr
     config.cnn.epochs = args.cnn_epochs
     probes = tuple(p for p in ("frozen", "finetune") if p not in args.skip)
     baselines = tuple(b for b in ("random", "kmer", "cnn") if b not in args.skip and (b != "random" or models))
     print(f"{bench.name}: {len(bench.train)} train, {len(bench.test)} test, classes {bench.classes}", file=sys.stderr)
     settings = {"seeds": args.seeds, "finetune_seeds": args.finetune_seeds or args.seeds, "layer": args.layer,
-                "rc_average": args.rc_average, "finetune": vars(config.finetune), "cnn": vars(config.cnn),
-                "ema_weights": not args.no_ema}
+                "rc_average": args.rc_average, "pool": args.pool, "finetune": vars(config.finetune),
+                "cnn": vars(config.cnn), "ema_weights": not args.no_ema}
     command = "seqdiff " + shlex.join(args.argv)
 
     def partial(rows, total):  # the report is rewritten after every row; an interrupted run leaves what it did
@@ -383,6 +383,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="layer for the frozen probe: 0 (embeddings) .. n_layers, or 'best' (chosen on validation); "
                         "default: the final output")
     p.add_argument("--rc-average", action="store_true", help="average embeddings with the reverse complement's")
+    p.add_argument("--pool", choices=["mean", "flatten"], default="mean",
+                   help="frozen probe: mean over real positions, or every position's state side by side")
     p.add_argument("--skip", nargs="*", default=[], choices=["frozen", "finetune", "random", "kmer", "cnn"],
                    help="rows to leave out")
     p.add_argument("--out", default="reports/probes", help="report folder (writes NAME.json and NAME.md)")

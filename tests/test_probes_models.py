@@ -233,3 +233,20 @@ def test_all_layers_in_one_pass_match_layer_by_layer(causal):
     for i, layer in enumerate([0, 1, 2, None]):
         one = embed_sequences(BackboneEncoder(model, TOK.complement_ids, layer=layer, rc_average=True), TOK, seqs)
         np.testing.assert_allclose(both[:, i], one, atol=1e-5, rtol=1e-5)
+
+
+def test_flatten_pooling_keeps_positions_and_zeroes_padding():
+    model = backbone(False)
+    seqs = ["ACGTAC", "GGC"]
+    enc = BackboneEncoder(model, TOK.complement_ids, pool="flatten", length=8)
+    out = embed_sequences(enc, TOK, seqs)
+    assert out.shape == (2, 8 * 32) and enc.out_features == 8 * 32
+    ids, mask = encode_batch(TOK, seqs, 8)
+    with torch.no_grad():
+        hidden = model.hidden_states(ids, attention_mask=mask)  # (2, 8, 32)
+    np.testing.assert_allclose(out.reshape(2, 8, 32)[0, :6], hidden[0, :6].numpy(), atol=1e-5, rtol=1e-5)
+    assert not out.reshape(2, 8, 32)[1, 3:].any()  # padding positions are zero
+    with pytest.raises(ProbeError, match="needs the padded length"):
+        BackboneEncoder(model, TOK.complement_ids, pool="flatten")
+    with pytest.raises(ProbeError, match="pooling 'max' is unknown"):
+        BackboneEncoder(model, TOK.complement_ids, pool="max")

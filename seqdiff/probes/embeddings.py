@@ -1,4 +1,5 @@
-"""Sequence embeddings from a seqdiff backbone: mean of the hidden states over real positions only.
+"""Sequence embeddings from a seqdiff backbone: mean of the hidden states over real positions only
+(or, with `pool="flatten"`, every position's state side by side, padding zeroed).
 
 Padding never enters the mean (the mask weights it out) and, through the attention mask, never changes
 the real positions' states, so a sequence's embedding does not depend on what it is batched with.
@@ -38,26 +39,43 @@ def masked_mean(hidden: Tensor, mask: Tensor) -> Tensor:
     return (hidden * weights).sum(1) / weights.sum(1).clamp_min(1.0)
 
 
+def masked_flatten(hidden: Tensor, mask: Tensor) -> Tensor:
+    """Every position's state side by side, padding zeroed -> (B, L * H). Keeps where a feature occurs, which a
+    mean throws away (splice sites sit at a fixed offset); needs one padded length for every batch."""
+    return (hidden * mask.to(hidden.dtype).unsqueeze(-1)).flatten(1)
+
+
+POOLINGS = {"mean": masked_mean, "flatten": masked_flatten}
+
+
 class BackboneEncoder(nn.Module):
     """(ids, mask) -> mean-pooled hidden states (B, H) of a backbone layer (None = the final layer), or of
     every layer at once with `all_layers` (B, n_layers + 1, H), for choosing the layer on validation."""
 
     def __init__(self, backbone: nn.Module, complement_ids: Tensor, layer: int | None = None,
-                 rc_average: bool = False, all_layers: bool = False) -> None:
+                 rc_average: bool = False, all_layers: bool = False, pool: str = "mean",
+                 length: int | None = None) -> None:
         super().__init__()
+        if pool not in POOLINGS:
+            raise ProbeError(f"pooling {pool!r} is unknown; choose one of {sorted(POOLINGS)}")
+        if pool == "flatten" and length is None:
+            raise ProbeError("flatten pooling needs the padded length of every batch")
         self.backbone = backbone
         self.layer = layer
         self.all_layers = all_layers
         self.rc_average = rc_average
+        self.pool = POOLINGS[pool]
+        self.length = length if pool == "flatten" else None
+        """Pad every batch to this length (flatten pooling)."""
         self.register_buffer("complement_ids", complement_ids.clone(), persistent=False)
-        self.out_features = backbone.config.hidden_size
+        self.out_features = backbone.config.hidden_size * (length if pool == "flatten" else 1)
         self.time_conditioned = bool(backbone.config.time_conditioning)
 
     def _pooled(self, ids: Tensor, mask: Tensor) -> Tensor:
         noise = torch.zeros(ids.shape[0], device=ids.device) if self.time_conditioned else None
         attention_mask = None if bool(mask.all()) else mask  # full rows: the fast attention path
         hidden = self.backbone.hidden_states(ids, noise, attention_mask, layer=self.layer)  # (B, L, H)
-        return masked_mean(hidden.float(), mask)
+        return self.pool(hidden.float(), mask)
 
     def _pooled_layers(self, ids: Tensor, mask: Tensor) -> Tensor:
         """Every candidate layer in one pass: (B, n_layers + 1, H) = token embeddings, the outputs of blocks
@@ -72,7 +90,7 @@ class BackboneEncoder(nn.Module):
             self.layer = saved
             for h in hooks:
                 h.remove()
-        return torch.stack([*(masked_mean(h.float(), mask) for h in captured), final], dim=1)
+        return torch.stack([*(self.pool(h.float(), mask) for h in captured), final], dim=1)
 
     def forward(self, ids: Tensor, mask: Tensor) -> Tensor:
         """(B, H); with `all_layers`, (B, n_layers + 1, H) (see `_pooled_layers`)."""
@@ -93,7 +111,7 @@ def embed_sequences(encoder: nn.Module, tokenizer, sequences: Sequence[str], bat
     out = None
     for start in range(0, len(order), batch_size):
         index = order[start:start + batch_size]
-        ids, mask = encode_batch(tokenizer, [sequences[i] for i in index])
+        ids, mask = encode_batch(tokenizer, [sequences[i] for i in index], getattr(encoder, "length", None))
         pooled = encoder(ids.to(device), mask.to(device)).cpu().numpy()  # (B, H) or (B, n_layers + 1, H)
         if out is None:
             out = np.zeros((len(sequences), *pooled.shape[1:]), dtype=np.float32)

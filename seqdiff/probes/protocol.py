@@ -47,6 +47,8 @@ class ProbeConfig:
     on validation among all). Fine-tuning pools the final output unless an integer layer is given."""
     rc_average: bool = False
     """Average each embedding with its reverse complement's."""
+    pool: str = "mean"
+    """Frozen probe pooling: "mean" over real positions, or "flatten" (every position's state; fixed length)."""
     finetune: FinetuneConfig = field(default_factory=FinetuneConfig)
     cnn: FinetuneConfig = field(default_factory=lambda: FinetuneConfig(epochs=10, lr=1e-3, dropout=0.0))
     """Training of the CNN baseline (the Genomic Benchmarks experiments used Adam at 1e-3)."""
@@ -120,10 +122,11 @@ def _frozen_features(model: ProbeModel, split: Split, config: ProbeConfig) -> di
     from seqdiff.probes.embeddings import BackboneEncoder, embed_sequences
 
     best = config.layer == BEST_LAYER
+    length = max(len(s) for seqs in split.sequences().values() for s in seqs)  # the same for every seed
     encoder = BackboneEncoder(model.backbone, model.tokenizer.complement_ids, None if best else config.layer,
-                              config.rc_average, all_layers=best)
+                              config.rc_average, all_layers=best, pool=config.pool, length=length)
     # a frozen backbone embeds a sequence the same way for every seed: embed each distinct sequence once
-    cache = _EMBEDDINGS.setdefault((model.backbone, config.layer, config.rc_average), {})
+    cache = _EMBEDDINGS.setdefault((model.backbone, config.layer, config.rc_average, config.pool), {})
     missing = sorted({s for seqs in split.sequences().values() for s in seqs} - cache.keys())
     if missing:
         vectors = embed_sequences(encoder, model.tokenizer, missing, device=config.device)
@@ -256,7 +259,7 @@ def run_row(kind: str, model: ProbeModel | None, bench: Benchmark, config: Probe
         "seconds": round(time.perf_counter() - start, 1),
     }
     if kind == "frozen":
-        row.update({"layer": config.layer, "rc_average": config.rc_average})
+        row.update({"layer": config.layer, "rc_average": config.rc_average, "pool": config.pool})
     return row
 
 
