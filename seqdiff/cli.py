@@ -228,6 +228,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
     config.cnn.epochs = args.cnn_epochs
     probes = tuple(p for p in ("frozen", "finetune") if p not in args.skip)
     baselines = tuple(b for b in ("random", "kmer", "cnn") if b not in args.skip and (b != "random" or models))
+    baselines += ("checkpoints",) if "checkpoints" in args.skip else ()
     print(f"{bench.name}: {len(bench.train)} train, {len(bench.test)} test, classes {bench.classes}", file=sys.stderr)
     settings = {"seeds": args.seeds, "finetune_seeds": args.finetune_seeds or args.seeds, "layer": args.layer,
                 "rc_average": args.rc_average, "pool": args.pool, "finetune": vars(config.finetune),
@@ -385,8 +386,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rc-average", action="store_true", help="average embeddings with the reverse complement's")
     p.add_argument("--pool", choices=["mean", "flatten"], default="mean",
                    help="frozen probe: mean over real positions, or every position's state side by side")
-    p.add_argument("--skip", nargs="*", default=[], choices=["frozen", "finetune", "random", "kmer", "cnn"],
-                   help="rows to leave out")
+    p.add_argument("--skip", nargs="*", default=[],
+                   choices=["frozen", "finetune", "random", "kmer", "cnn", "checkpoints"],
+                   help="rows to leave out (checkpoints: the checkpoints' own rows; they still give the random-init "
+                        "baseline its architecture)")
     p.add_argument("--out", default="reports/probes", help="report folder (writes NAME.json and NAME.md)")
     p.add_argument("--device", default="cpu", help="cpu, cuda, ...")
     p.add_argument("--no-ema", action="store_true", help="use the raw weights instead of the EMA weights")

@@ -250,3 +250,15 @@ def test_flatten_pooling_keeps_positions_and_zeroes_padding():
         BackboneEncoder(model, TOK.complement_ids, pool="flatten")
     with pytest.raises(ProbeError, match="pooling 'max' is unknown"):
         BackboneEncoder(model, TOK.complement_ids, pool="max")
+
+
+def test_skip_checkpoints_keeps_only_the_random_init_rows(dna_run, tmp_path):
+    from seqdiff.cli import main
+
+    seqs, labels = toy_sequences(40, 20, seed=2)
+    table = tmp_path / "toy2.tsv"
+    table.write_text("seq\tlabel\n" + "".join(f"{s}\t{y}\n" for s, y in zip(seqs, labels)))
+    assert main(["probe", str(dna_run / "mdlm"), "--benchmark", str(table), "--seeds", "1", "--skip", "finetune",
+                 "kmer", "cnn", "checkpoints", "--pool", "flatten", "--out", str(tmp_path)]) == 0
+    rows = json.loads((tmp_path / "toy2.json").read_text())["rows"]
+    assert [(r["probe"], r["pretrained"], r["pool"]) for r in rows] == [("frozen", False, "flatten")]

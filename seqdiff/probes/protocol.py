@@ -270,8 +270,10 @@ def run_protocol(bench: Benchmark, models: list[ProbeModel], config: ProbeConfig
                  on_row: Callable[[list[dict[str, Any]], int], None] | None = None) -> list[dict[str, Any]]:
     """Every row: frozen probes (each model, then the random init of models[0]), the k-mer and CNN baselines,
     then the fine-tuned rows (the costliest last). `on_row(rows so far, total)` is called after each row, so a
-    caller can write partial reports."""
-    unknown = sorted(set(probes) - {"frozen", "finetune"}) + sorted(set(baselines) - {"random", "kmer", "cnn"})
+    caller can write partial reports. "checkpoints" in `baselines` skips the checkpoints' own rows (they then
+    only lend their architecture to the random-init baseline)."""
+    unknown = sorted(set(probes) - {"frozen", "finetune"}) + sorted(set(baselines) - {"random", "kmer", "cnn",
+                                                                                     "checkpoints"})
     if unknown:
         raise ProbeError(f"unknown probe or baseline {unknown}; probes: frozen, finetune; baselines: random, kmer, cnn")
     if "random" in baselines and not models:
@@ -279,7 +281,7 @@ def run_protocol(bench: Benchmark, models: list[ProbeModel], config: ProbeConfig
     plan: list[tuple[str, ProbeModel | None, ProbeModel | None]] = []  # (kind, model, random init of)
     for kind in ("frozen", "kmer", "cnn", "finetune"):
         if kind in probes:
-            plan += [(kind, model, None) for model in models]
+            plan += [(kind, model, None) for model in models if "checkpoints" not in baselines]
             if "random" in baselines:
                 plan.append((kind, None, models[0]))
         elif kind in baselines:
