@@ -204,7 +204,8 @@ def _plots(results: dict, out: Path) -> None:
     for k, v in results["markov"].items():
         if k in ("order_5", "order_8"):
             axes[1].axhline(v, ls="--", color="grey", alpha=0.6)
-            axes[1].text(0, v, f" Markov {k.replace('_', ' ')}", va="bottom", fontsize=8, color="grey")
+            axes[1].annotate(f"Markov {k.replace('_', ' ')} (test)", xy=(0.01, v), xycoords=("axes fraction", "data"),
+                             va="bottom", fontsize=8, color="grey")
     axes[0].set(xlabel="step", ylabel="bits per base", title="training (MDLM: NELBO, one draw per step)")
     axes[1].set(xlabel="step", ylabel="bits per base", title="validation blocks (EMA weights)")
     for ax in axes:
