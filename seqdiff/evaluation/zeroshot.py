@@ -46,34 +46,40 @@ class EvalSource:
         return self.file is not None and self.file.name.lower().endswith(FASTA_SUFFIXES)
 
 
-def parse_sources(data: list[str] | None, datasets: list[str] | None, split: str) -> list[EvalSource]:
-    """EvalSources from `--data PATH` and `--dataset NAME[:SPLIT]` values, checked before anything is scored."""
+def parse_sources(options: list[tuple[str, str]] | None, split: str) -> list[EvalSource]:
+    """EvalSources from ("data", PATH) and ("dataset", NAME[:SPLIT]) options, in order, checked before anything
+    is scored."""
+    return [_data_source(value, split) if kind == "data" else _dataset_source(value, split)
+            for kind, value in options or []]
+
+
+def _data_source(value: str, split: str) -> EvalSource:
+    from seqdiff.data.text_files import corpus_split_path
+
+    path = Path(value).expanduser()
+    if path.is_dir():
+        corpus_split_path(path, split)  # raises, naming the folder and the files it expects
+        return EvalSource(f"{path.name}/{split}", split, corpus=str(path))
+    if path.is_file():
+        return EvalSource(path.name, split, file=path)
+    raise DataFileError(f"--data {value}: no such file or folder (use --dataset NAME for a named dataset)")
+
+
+def _dataset_source(value: str, split: str) -> EvalSource:
     from seqdiff.data.datasets import DATASETS, SPLITS, DatasetError
     from seqdiff.data.text_files import BUILTIN_CORPORA, corpus_split_path
 
-    sources = []
-    for value in data or []:
-        path = Path(value).expanduser()
-        if path.is_dir():
-            corpus_split_path(path, split)  # raises, naming the folder and the files it expects
-            sources.append(EvalSource(f"{path.name}/{split}", split, corpus=str(path)))
-        elif path.is_file():
-            sources.append(EvalSource(path.name, split, file=path))
-        else:
-            raise DataFileError(f"--data {value}: no such file or folder (use --dataset NAME for a named dataset)")
-    for value in datasets or []:
-        name, _, chosen = value.partition(":")
-        chosen = chosen or split
-        if chosen not in SPLITS:
-            raise DatasetError(f"--dataset {value}: split {chosen!r} is unknown; choose one of {list(SPLITS)}")
-        if name in BUILTIN_CORPORA:
-            corpus_split_path(name, chosen)
-        elif name not in DATASETS:
-            raise DatasetError(f"--dataset {value}: unknown dataset {name!r}; known datasets: "
-                               f"{', '.join(sorted(DATASETS))}; builtin corpora: {', '.join(sorted(BUILTIN_CORPORA))} "
-                               "(files and folders go in --data)")
-        sources.append(EvalSource(f"{name}/{chosen}", chosen, corpus=name))
-    return sources
+    name, _, chosen = value.partition(":")
+    chosen = chosen or split
+    if chosen not in SPLITS:
+        raise DatasetError(f"--dataset {value}: split {chosen!r} is unknown; choose one of {list(SPLITS)}")
+    if name in BUILTIN_CORPORA:
+        corpus_split_path(name, chosen)
+    elif name not in DATASETS:
+        raise DatasetError(f"--dataset {value}: unknown dataset {name!r}; known datasets: "
+                           f"{', '.join(sorted(DATASETS))}; builtin corpora: {', '.join(sorted(BUILTIN_CORPORA))} "
+                           "(files and folders go in --data)")
+    return EvalSource(f"{name}/{chosen}", chosen, corpus=name)
 
 
 def source_config(model: LoadedModel, source: EvalSource, batch_size: int,
