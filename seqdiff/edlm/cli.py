@@ -11,8 +11,8 @@ from pathlib import Path
 
 
 def _data_tokens(args, model):
-    from seqdiff.cli import load_eval_tokens
     from seqdiff.data.text import split_path
+    from seqdiff.evaluation.zeroshot import file_tokens
 
     if args.data:
         path = Path(args.data)
@@ -20,7 +20,7 @@ def _data_tokens(args, model):
         path = split_path(model.data_config, args.split)
     else:
         raise ValueError("this checkpoint records no text corpus; pass --data FILE")
-    tokens, loss_mask = load_eval_tokens(path, model)
+    tokens, loss_mask = file_tokens(path, model.tokenizer)
     return path, tokens, loss_mask
 
 

@@ -82,6 +82,18 @@ def _dataset_source(value: str, split: str) -> EvalSource:
     return EvalSource(f"{name}/{chosen}", chosen, corpus=name)
 
 
+def file_tokens(path: Path, tokenizer):
+    """Tokens and a loss mask (False at N bases; None for text) of one text file, or of a FASTA file for a
+    nucleotide tokenizer: the whole file as one stream, for scorers that tile it themselves (EDLM bounds)."""
+    if tokenizer.kind == "nucleotide" and path.name.lower().endswith(FASTA_SUFFIXES):
+        from seqdiff.data.genome import fasta_tokens
+
+        return fasta_tokens(path, tokenizer)
+    from seqdiff.data.text import tokenize_file
+
+    return tokenize_file(path, tokenizer), None
+
+
 def source_config(model: LoadedModel, source: EvalSource, batch_size: int,
                   detokenizer: str | None = None) -> DataConfig:
     """The data config that reads `source` like the checkpoint's own evaluation data (block mode, length,
