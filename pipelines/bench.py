@@ -6,7 +6,9 @@ What one run measures (all on one device, in one process):
    of the bidirectional DiT with the MDLM loss against `BertForMaskedLM`, and of the causal DiT with the AR
    loss against `GPT2LMHeadModel` (untied embeddings, so the parameter counts match). Same width, depth,
    heads, vocabulary, sequence length, MLP width 4x, no dropout, SDPA attention. BERT runs twice: with its
-   default exact GELU (what `ratio_vs_hf` uses) and with the tanh GELU (`gelu_new`) that the DiT uses.
+   default exact GELU (what `ratio_vs_hf` uses) and with the tanh GELU (`gelu_new`). The DiT uses the tanh
+   GELU by default (MDLM's choice); `--activation gelu` switches it to the exact GELU, so that the plain
+   BERT is the same-activation contender (and GPT-2 runs once more with the exact GELU for the causal pair).
 2. The float32 matmul rate of the device (a large square matmul) and the fraction of it the seqdiff models
    reach while training (model FLOPs from `DiT.flops_per_token`), with a torch.profiler breakdown of one
    training step of every model by kind of operator, to show where the rest of the time goes.
@@ -61,10 +63,22 @@ SEQDIFF_MODELS = ("seqdiff_bidirectional", "seqdiff_causal")
 PAIRS = {"bidirectional": ("seqdiff_bidirectional", "hf_bert"), "causal": ("seqdiff_causal", "hf_gpt2")}
 SAME_ACTIVATION_PAIRS = {"bidirectional": ("seqdiff_bidirectional", "hf_bert_gelu_new"),
                          "causal": ("seqdiff_causal", "hf_gpt2")}  # GPT-2's default is already tanh GELU
+EXACT_GELU_PAIRS = {"bidirectional": ("seqdiff_bidirectional", "hf_bert"),
+                    "causal": ("seqdiff_causal", "hf_gpt2_gelu")}  # with --activation gelu
 SAMPLERS = {"mdlm_uncached": "ancestral", "mdlm_cached": "cached", "ar_kv": "ar"}
 TRAIN_RATIO_TARGET = 1.0
 CACHED_SPEEDUP_TARGET = 2.5
 DEFAULT_OUT = Path("reports") / "bench"
+
+
+def train_models(activation: str) -> tuple[str, ...]:
+    """The training contenders: TRAIN_MODELS, plus GPT-2 with the exact GELU when the DiT uses it."""
+    return TRAIN_MODELS + (("hf_gpt2_gelu",) if activation == "gelu" else ())
+
+
+def same_activation_pairs(activation: str) -> dict[str, tuple[str, str]]:
+    """seqdiff model -> the Hugging Face model that uses the same GELU as the DiT (`--activation`)."""
+    return EXACT_GELU_PAIRS if activation == "gelu" else SAME_ACTIVATION_PAIRS
 
 
 # ---------------------------------------------------------------------------------------------- arguments
@@ -76,6 +90,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--preset", default="cpu-small", choices=sorted(MODEL_PRESETS),
                    help="model size preset (hidden size, layers, heads); default cpu-small")
+    p.add_argument("--activation", default="gelu_tanh", choices=["gelu_tanh", "gelu"],
+                   help="MLP activation of the seqdiff models (model.activation): gelu_tanh (default, MDLM's) or "
+                   "the exact gelu, BERT's default, for a same-activation comparison with plain BERT")
     p.add_argument("--seq-len", type=int, default=256, help="tokens per sequence (training and sampling)")
     p.add_argument("--batch-size", type=int, default=8, help="training batch size (sequences)")
     p.add_argument("--vocab-size", type=int, default=31,
@@ -214,10 +231,12 @@ class Shape:
     seq_len: int
     batch_size: int
     vocab_size: int
+    activation: str = "gelu_tanh"
 
     def model_config(self) -> ModelConfig:
         return ModelConfig(hidden_size=self.hidden_size, n_layers=self.n_layers, n_heads=self.n_heads, mlp_ratio=4,
-                           dropout=0.0, time_conditioning=False, max_seq_len=self.seq_len)
+                           dropout=0.0, time_conditioning=False, max_seq_len=self.seq_len,
+                           activation=self.activation)
 
 
 def _hf_quiet() -> None:
@@ -227,7 +246,7 @@ def _hf_quiet() -> None:
 
 
 def build_model(name: str, shape: Shape) -> nn.Module:
-    """One of TRAIN_MODELS, randomly initialized (call torch.manual_seed first for a fixed init)."""
+    """One of train_models(), randomly initialized (call torch.manual_seed first for a fixed init)."""
     if name in SEQDIFF_MODELS:
         return build_backbone(shape.model_config(), shape.vocab_size, causal=name == "seqdiff_causal")
     _hf_quiet()
@@ -241,16 +260,17 @@ def build_model(name: str, shape: Shape) -> nn.Module:
                          hidden_act="gelu_new" if name == "hf_bert_gelu_new" else "gelu",
                          pad_token_id=_vocab(shape.vocab_size).pad_id, attn_implementation="sdpa")
         return BertForMaskedLM(cfg)
-    if name == "hf_gpt2":
+    if name in ("hf_gpt2", "hf_gpt2_gelu"):
         from transformers import GPT2Config, GPT2LMHeadModel
 
         ids = _vocab(shape.vocab_size)
         cfg = GPT2Config(vocab_size=shape.vocab_size, n_embd=shape.hidden_size, n_layer=shape.n_layers,
                          n_head=shape.n_heads, n_inner=4 * shape.hidden_size, n_positions=shape.seq_len,
-                         resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, tie_word_embeddings=False,
+                         activation_function="gelu" if name == "hf_gpt2_gelu" else "gelu_new", resid_pdrop=0.0,
+                         embd_pdrop=0.0, attn_pdrop=0.0, tie_word_embeddings=False,
                          bos_token_id=ids.bos_id, eos_token_id=ids.eos_id, attn_implementation="sdpa")
         return GPT2LMHeadModel(cfg)
-    raise ValueError(f"unknown model {name!r}; choose one of {list(TRAIN_MODELS)}")
+    raise ValueError(f"unknown model {name!r}; choose one of {list(train_models('gelu'))}")
 
 
 def make_train_step(name: str, model: nn.Module, shape: Shape, device: torch.device,
@@ -455,7 +475,8 @@ def bench_training(shape: Shape, args: argparse.Namespace, device: torch.device,
                    log: Callable[[str], None]) -> dict[str, Any]:
     """Interleaved training rounds (+ the reference matmul as one more contender), then one profiled step each."""
     models, steps = {}, {}
-    for i, name in enumerate(TRAIN_MODELS):
+    names = train_models(shape.activation)
+    for i, name in enumerate(names):
         torch.manual_seed(args.seed + i)
         models[name] = build_model(name, shape).to(device)
         steps[name] = make_train_step(name, models[name], shape, device, args.seed)
@@ -464,17 +485,17 @@ def bench_training(shape: Shape, args: argparse.Namespace, device: torch.device,
     flops_per_token = {name: int(models[name].flops_per_token(shape.seq_len)) for name in SEQDIFF_MODELS}
 
     log(f"warm-up: {args.warmup} steps per model")
-    for name in TRAIN_MODELS:
+    for name in names:
         for _ in range(args.warmup):
             steps[name]()
     for _ in range(3):
         matmul()
 
     tokens_per_step = shape.batch_size * shape.seq_len
-    tok_s: dict[str, list[float]] = {name: [] for name in TRAIN_MODELS}
+    tok_s: dict[str, list[float]] = {name: [] for name in names}
     mm_rate: list[float] = []
     others: list[float | None] = []  # CPU share used by other processes during each round
-    contenders = [*TRAIN_MODELS, "matmul"]
+    contenders = [*names, "matmul"]
     for r in range(args.repeats):
         load0 = OtherLoad.snapshot()
         for name in _rotated(contenders, r):
@@ -487,7 +508,7 @@ def bench_training(shape: Shape, args: argparse.Namespace, device: torch.device,
             tok_s[name].append(k * tokens_per_step / seconds)
         others.append(OtherLoad.between(load0, OtherLoad.snapshot()))
         busy = "" if others[-1] is None else f"; other processes {others[-1]:.0%} of the CPUs"
-        log(f"round {r + 1}/{args.repeats}: " + ", ".join(f"{n} {tok_s[n][-1]:.0f}" for n in TRAIN_MODELS)
+        log(f"round {r + 1}/{args.repeats}: " + ", ".join(f"{n} {tok_s[n][-1]:.0f}" for n in names)
             + f" tok/s; matmul {mm_rate[-1] / 1e9:.1f} GFLOP/s{busy}")
 
     # Headline figures come from the quiet rounds when there are at least 3 of them, else from all rounds.
@@ -506,7 +527,7 @@ def bench_training(shape: Shape, args: argparse.Namespace, device: torch.device,
                 for name in SEQDIFF_MODELS}
     log("profiling training steps of each model")
     profiles = {}
-    for name in TRAIN_MODELS:  # of 3 profiled steps, the fastest: the least disturbed by other work
+    for name in names:  # of 3 profiled steps, the fastest: the least disturbed by other work
         profiles[name] = min((profile_step(steps[name], device) for _ in range(3)), key=lambda p: p["wall_ms"])
     return {
         "rounds": {"total": len(quiet), "quiet": sum(quiet), "used": "quiet" if use == quiet and not all(quiet)
@@ -514,7 +535,8 @@ def bench_training(shape: Shape, args: argparse.Namespace, device: torch.device,
         "tok_s": {name: _spread(v) for name, v in tok_s.items()},
         "ratio": {pair: _spread(per_round(a, b)) for pair, (a, b) in PAIRS.items()},
         "ratio_best": {pair: best(a, b) for pair, (a, b) in PAIRS.items()},
-        "ratio_same_activation": {pair: _spread(per_round(a, b)) for pair, (a, b) in SAME_ACTIVATION_PAIRS.items()},
+        "ratio_same_activation": {pair: _spread(per_round(a, b))
+                                  for pair, (a, b) in same_activation_pairs(shape.activation).items()},
         "matmul": _spread(mm_rate),
         "matmul_fraction": {name: _spread(v) for name, v in fraction.items()},
         "params": params,
@@ -535,7 +557,7 @@ def bench_memory(shape: Shape, args: argparse.Namespace, device: torch.device) -
         step()
 
     run(TRAIN_MODELS[0])  # first-use allocations of the libraries are not any model's memory
-    peak = {name: meter.measure(lambda name=name: run(name)) / 2**20 for name in TRAIN_MODELS}
+    peak = {name: meter.measure(lambda name=name: run(name)) / 2**20 for name in train_models(shape.activation)}
     return peak, meter.method
 
 
@@ -624,17 +646,22 @@ def _ratio(s: dict[str, Any]) -> str:
     return _range(s, lambda x: f"{x:.3f}")
 
 
+GELU_NAMES = {"gelu_tanh": "tanh GELU", "gelu": "exact GELU"}
+
+
 def render_tables(result: dict[str, Any], train: dict[str, Any], sampling: dict[str, Any]) -> str:
     peak = result["peak_memory_mb"]
+    activation = result["config"].get("activation", "gelu_tanh")  # bench.json files from before --activation
+    names = train_models(activation)
     lines = ["Training (forward + backward + AdamW), median [min–max] over rounds", "",
              "| model | params | tokens/s | peak MB | model FLOP/s ÷ matmul FLOP/s |",
              "| --- | ---: | ---: | ---: | ---: |"]
-    for name in TRAIN_MODELS:
+    for name in names:
         frac = train["matmul_fraction"].get(name)
         lines.append(f"| {name} | {train['params'][name]:,} | {_range(train['tok_s'][name])} | {peak[name]:.0f} | "
                      + (_ratio(frac) if frac else "") + " |")
-    lines += ["", "| ratio seqdiff / HF, median of rounds [min–max] | HF defaults | HF with tanh GELU | "
-              "best round / best round (HF defaults) |", "| --- | ---: | ---: | ---: |"]
+    lines += ["", f"| ratio seqdiff / HF, median of rounds [min–max] | HF defaults | HF with the DiT's "
+              f"{GELU_NAMES[activation]} | best round / best round (HF defaults) |", "| --- | ---: | ---: | ---: |"]
     for pair in PAIRS:
         lines.append(f"| {pair} ({PAIRS[pair][1]}) | {_ratio(train['ratio'][pair])} | "
                      f"{_ratio(train['ratio_same_activation'][pair])} | {train['ratio_best'][pair]:.3f} |")
@@ -644,7 +671,7 @@ def render_tables(result: dict[str, Any], train: dict[str, Any], sampling: dict[
     lines += ["Operator time of one profiled training step (ms; `unattributed` = outside any operator)", "",
               "| model | " + " | ".join(CATEGORIES) + " | matmul kernels GFLOP/s |",
               "| --- | " + " | ".join("---:" for _ in CATEGORIES) + " | ---: |"]
-    for name in TRAIN_MODELS:
+    for name in names:
         p = train["profiles"][name]
         rate = p["matmul_kernel_flops_per_s"]
         cells = " | ".join(f"{p['ms'][c]:.1f}" for c in CATEGORIES)
@@ -669,6 +696,15 @@ def explanation(result: dict[str, Any], train: dict[str, Any], sampling: dict[st
     r = result["ratio_vs_hf"]
     rs = result["ratio_vs_hf_same_activation"]
     met = result["train_ratio_target_met"]
+    activation = cfg.get("activation", "gelu_tanh")
+    if activation == "gelu":
+        same = (f"The DiT ran with the exact GELU (`--activation gelu`), BERT's default, so the bidirectional "
+                f"pair above already compares like with like; against GPT-2 switched to the exact GELU the causal "
+                f"ratio is {rs['causal']:.3f}.")
+    else:
+        same = (f"With BERT switched to the tanh GELU that the DiT uses (its default, `--activation gelu_tanh`; "
+                f"`--activation gelu` runs the DiT with BERT's exact GELU instead) the bidirectional ratio is "
+                f"{rs['bidirectional']:.3f} (GPT-2's default activation is already the tanh GELU).")
 
     def d(cat: str) -> float:  # DiT minus BERT, ms per profiled step
         return train["profiles"]["seqdiff_bidirectional"]["ms"][cat] - train["profiles"]["hf_bert"]["ms"][cat]
@@ -678,8 +714,7 @@ def explanation(result: dict[str, Any], train: dict[str, Any], sampling: dict[st
         f"bidirectional (MDLM loss vs BertForMaskedLM) {r['bidirectional']:.3f}, causal (AR loss vs "
         f"GPT2LMHeadModel) {r['causal']:.3f}; target ≥ {TRAIN_RATIO_TARGET:g}: "
         f"{'met' if met['bidirectional'] else 'not met'} / {'met' if met['causal'] else 'not met'}. "
-        f"With BERT switched to the tanh GELU that the DiT uses the bidirectional ratio is "
-        f"{rs['bidirectional']:.3f} (GPT-2's default activation is already the tanh GELU). The models are not "
+        f"{same} The models are not "
         f"identical beyond the shape: BERT adds learned absolute and token-type embeddings, an embedding "
         f"LayerNorm and a dense + GELU + LayerNorm transform before its output layer (and ties that layer to the "
         f"input embedding); GPT-2 adds learned absolute positions; the DiT applies rotary embeddings to queries "
@@ -710,10 +745,11 @@ def explanation(result: dict[str, Any], train: dict[str, Any], sampling: dict[st
         + ", ".join(f"{c} {share[c]:.0%}" for c in others if share[c] >= 0.005)
         + f". `attention` is the fused SDPA kernel, forward and backward (about {attn_rate / 1e9:.0f} GFLOP/s on its "
         "own FLOPs; on CPU its backward also zero-fills the q / k / v gradient buffers). `gelu` is the "
-        f"tanh-approximate GELU: {p['ms']['gelu']:.0f} ms here against {prof['hf_bert']['ms']['gelu']:.0f} ms for "
+        + ("exact (erf) GELU, as in BERT: " if activation == "gelu" else "tanh-approximate GELU: ")
+        + f"{p['ms']['gelu']:.0f} ms here against {prof['hf_bert']['ms']['gelu']:.0f} ms for "
         "the exact (erf) GELU in BERT's profiled step"
-        + (" (torch's kernel for the tanh form is the slower one)" if p["ms"]["gelu"] > 1.2 * prof["hf_bert"]["ms"][
-            "gelu"] else "")
+        + (" (torch's kernel for the tanh form is the slower one)" if activation != "gelu" and p["ms"]["gelu"]
+           > 1.2 * prof["hf_bert"]["ms"]["gelu"] else "")
         + "; HF's `gelu_new` is composed of Python-level elementwise ops, which is why hf_bert_gelu_new and "
         "hf_gpt2 show large `elementwise` and no `gelu`. "
         "`elementwise` holds the residual adds, the rotary complex multiply, the bias-gradient reductions and the "
@@ -794,7 +830,8 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     preset = MODEL_PRESETS[args.preset]
     shape = Shape(hidden_size=preset["hidden_size"], n_layers=preset["n_layers"], n_heads=preset["n_heads"],
-                  seq_len=args.seq_len, batch_size=args.batch_size, vocab_size=args.vocab_size)
+                  seq_len=args.seq_len, batch_size=args.batch_size, vocab_size=args.vocab_size,
+                  activation=args.activation)
     command = shlex.join(["seqdiff", "bench", *argv])
     out_dir = Path(args.out)
     t_start = time.perf_counter()
@@ -827,7 +864,7 @@ def main(argv: list[str] | None = None) -> int:
         "python": platform.python_version(),
         "precision": "bf16 autocast" if device.type == "cuda" else "float32",
         "config": {"preset": args.preset, "hidden_size": shape.hidden_size, "n_layers": shape.n_layers,
-                   "n_heads": shape.n_heads, "mlp_ratio": 4, "seq_len": shape.seq_len,
+                   "n_heads": shape.n_heads, "mlp_ratio": 4, "activation": shape.activation, "seq_len": shape.seq_len,
                    "batch_size": shape.batch_size, "vocab_size": shape.vocab_size, "repeats": args.repeats,
                    "steps_per_repeat": args.steps_per_repeat, "warmup": args.warmup, "sample_batches": batches,
                    "sample_repeats": args.sample_repeats, "sample_budget_s": args.sample_budget_s,
@@ -869,7 +906,8 @@ def main(argv: list[str] | None = None) -> int:
     md = (f"# seqdiff bench\n\nMade by `{command}` on {result['date']} — device {device} "
           f"({result['device_name']}, {result['threads']} threads), {result['precision']}, torch {torch.__version__}, "
           f"transformers {transformers.__version__}; preset {args.preset} ({shape.hidden_size} wide, "
-          f"{shape.n_layers} layers, {shape.n_heads} heads), vocabulary {shape.vocab_size}, sequence length "
+          f"{shape.n_layers} layers, {shape.n_heads} heads; {GELU_NAMES[shape.activation]} in the seqdiff models), "
+          f"vocabulary {shape.vocab_size}, sequence length "
           f"{shape.seq_len}, training batch {shape.batch_size}; {result['elapsed_s']:.0f} s. 1-minute load average "
           f"{result['load_average']['start']} at the start, {result['load_average']['end']} at the end, on "
           f"{result['cpu_count']} CPUs (other work on the machine lowers the absolute figures; the ratios come "

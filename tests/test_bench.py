@@ -107,3 +107,34 @@ def test_expected_cached_speedup_matches_simulated_reveals():
     simulated = T / computed.mean().item()
     assert simulated == pytest.approx(expected_cached_speedup(T, L), rel=0.03)
     assert expected_cached_speedup(1024, 1024) == pytest.approx(1 / (1 - torch.e**-1), rel=0.01)
+
+
+def test_activation_option_picks_the_same_activation_contenders():
+    """`--activation gelu`: the DiT uses the exact GELU and is compared with plain BERT and an exact-GELU GPT-2."""
+    import math
+
+    from pipelines.bench import Shape, build_model, same_activation_pairs, train_models
+
+    assert train_models("gelu_tanh") == TRAIN_MODELS
+    assert same_activation_pairs("gelu_tanh")["bidirectional"][1] == "hf_bert_gelu_new"
+    assert same_activation_pairs("gelu") == {"bidirectional": ("seqdiff_bidirectional", "hf_bert"),
+                                             "causal": ("seqdiff_causal", "hf_gpt2_gelu")}
+    shape = Shape(hidden_size=16, n_layers=1, n_heads=2, seq_len=8, batch_size=1, vocab_size=11, activation="gelu")
+    assert set(train_models("gelu")) == set(TRAIN_MODELS) | {"hf_gpt2_gelu"}
+    x = torch.tensor([-1.5, 0.3, 2.0])
+    exact = 0.5 * x * (1 + torch.erf(x / math.sqrt(2)))
+    dit = build_model("seqdiff_bidirectional", shape)
+    torch.testing.assert_close(dit.blocks[0].mlp.activation(x), exact)
+    assert build_model("hf_gpt2_gelu", shape).config.activation_function == "gelu"
+    assert build_model("hf_gpt2", shape).config.activation_function == "gelu_new"
+    with pytest.raises(SystemExit):
+        main(["--activation", "relu"])
+
+
+@pytest.mark.slow
+def test_bench_with_exact_gelu_runs_end_to_end(tmp_path, keep_threads):
+    assert main([*TINY, "--activation", "gelu", "--out", str(tmp_path)]) == 0
+    data = json.loads((tmp_path / "bench.json").read_text())
+    assert data["config"]["activation"] == "gelu" and "hf_gpt2_gelu" in data["train_tokens_per_s"]
+    md = (tmp_path / "bench.md").read_text()
+    assert "exact GELU in the seqdiff models" in md and "--activation gelu" in md

@@ -143,3 +143,28 @@ def test_bench_options_reach_the_benchmark(capsys):
         main(["bench", "--help"])
     assert exit_info.value.code == 0
     assert "--repeats" in capsys.readouterr().out
+
+
+def test_edlm_commands_end_to_end(run_dirs, tmp_path, capsys):
+    """`seqdiff edlm eval / train-nce` and `seqdiff sample --sampler edlm` (EDLM, seqdiff.edlm) on the tiny runs."""
+    mdlm, ar = str(run_dirs["mdlm"]), str(run_dirs["ar"])
+    out = tmp_path / "coar.json"
+    assert main(["edlm", "eval", mdlm, "--energy", f"coar:{ar}", "--out", str(out), "--batch-size", "8",
+                 "--form", "sequence"]) == 0
+    report = json.loads(out.read_text())
+    assert report["method"] == "edlm-coar" and report["form"] == "sequence" and not report["bound"]
+    energy = tmp_path / "e.pt"
+    assert main(["edlm", "train-nce", mdlm, "--out", str(energy), "--steps", "2", "--batch-size", "2"]) == 0
+    out = tmp_path / "nce.json"
+    assert main(["edlm", "eval", mdlm, "--energy", f"nce:{energy}", "--num-partition-samples", "2",
+                 "--out", str(out), "--batch-size", "8"]) == 0
+    assert json.loads(out.read_text())["num_partition_samples"] == 2
+    capsys.readouterr()
+    assert main(["sample", mdlm, "--sampler", "edlm", "--energy", f"ar:{ar}", "--edlm-k", "3", "--edlm-window",
+                 "0.5", "--steps", "6", "--num-samples", "2", "--batch-size", "2", "--prompt", "the"]) == 0
+    text = capsys.readouterr().out
+    assert text.count("=== sample") == 2 and all(line.startswith("the") for line in text.splitlines()[1::2])
+    assert main(["edlm", "eval", mdlm, "--energy", f"ar:{mdlm}"]) == 2  # an MDLM is not an AR energy
+    assert "autoregressive" in capsys.readouterr().err
+    assert main(["edlm", "eval", mdlm, "--energy", "nce:/nonexistent.pt"]) == 2
+    assert "does not exist" in capsys.readouterr().err

@@ -273,3 +273,24 @@ def test_text_conditioning_helpers():
     with pytest.raises(SamplerError, match="'!'"):
         given_from_prompt(CharTokenizer(), "Hi!", 8)
     assert given_from_prompt(CharTokenizer(), "Hi", 3).tolist()[:2] == [7, 8]
+
+
+def test_infill_intervals_mask_exactly_their_positions_and_keep_the_rest():
+    from seqdiff.evaluation.generate import given_from_infill, parse_intervals
+
+    assert parse_intervals("2-5, 8-10") == [(2, 5), (8, 10)]
+    for bad, message in [("2-2", "empty"), ("5-3", "empty"), ("a-b", "START-END"), ("3", "START-END")]:
+        with pytest.raises(SamplerError, match=message):
+            parse_intervals(bad)
+    text = "abcabcab_cab"  # a placeholder too: both kinds of masks combine
+    given = given_from_infill(TOK, text, intervals=[(2, 5), (8, 10)])
+    free = [i for i in range(len(text)) if 2 <= i < 5 or 8 <= i < 10]
+    assert [i for i, g in enumerate(given.tolist()) if g == -1] == free
+    with pytest.raises(SamplerError, match="past the end"):
+        given_from_infill(TOK, text, intervals=[(10, 13)])
+    assert given_from_infill(TOK, "abc", intervals=[(0, 1)]).tolist() == [-1, 1, 2]  # no placeholder needed
+    for cls in (MDLMAncestralSampler, MDLMCachedSampler):
+        x = cls(_mdlm(), TinyNet(len(text)), steps=7).generate(4, len(text), torch.Generator().manual_seed(1),
+                                                               given=given).tokens
+        kept = given >= 0
+        assert torch.equal(x[:, kept], given[kept].expand(4, -1)) and not (x == MASK).any() and (x < V).all()

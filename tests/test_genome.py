@@ -366,6 +366,16 @@ def test_truncated_and_plain_gzip_files(gdir):
         G.open_fasta(gdir / "nope.fa")
 
 
+def test_missing_index_in_a_read_only_folder_is_refused(gdir, monkeypatch):
+    for p in (f"{STEM}.fa.gz.fai", f"{STEM}.fa.gz.gzi"):
+        (gdir / p).unlink()
+    monkeypatch.setattr(G.os, "access", lambda *a, **k: False)
+    with pytest.raises(G.GenomeError, match=r"slices.fa.gz has no .*fa.gz.fai, .*fa.gz.gzi index and its folder is "
+                                            r"not writable"):
+        G.open_fasta(gdir / f"{STEM}.fa.gz")
+    assert not (gdir / f"{STEM}.fa.gz.fai").exists()
+
+
 def test_stale_index_is_rebuilt_or_refused(gdir, caplog, monkeypatch):
     seqs = records(gdir / f"{STEM}.fa")
     path = write_fasta(gdir / "s.fa", {"a": seqs[PLAIN_RECORDS[0]][:5_000], "b": seqs[PLAIN_RECORDS[1]][:3_000]})
@@ -455,6 +465,27 @@ def test_fasta_data_module_blocks_and_early_errors(gdir, tmp_path):
                                      fasta=str(gdir / f"{STEM}.fa")), TOK).check_files()
     with pytest.raises(ConfigError, match="data.tokenizer=nucleotide"):
         load_run_config(None, ["data.kind=fasta"])
+
+
+def test_data_module_workers_give_the_main_process_windows(gdir):
+    """num_workers=2: each worker opens its own handle; train and eval batches equal those of num_workers=0,
+    in the same order, and no window comes back empty or all N."""
+    batches = {}
+    for workers in (0, 2):
+        cfg = load_run_config(None, fasta_overrides(gdir, **{"data.num_workers": workers}))
+        dm = build_data_module(cfg.data, TOK, seed=3)
+        dm.fasta.sequence(PLAIN_RECORDS[0], 0, 10)  # the parent's handle is open before the fork
+        train = [b for _, b in zip(range(5), dm.train_dataloader())]
+        batches[workers] = (train, list(dm.val_dataloader()), list(dm.test_dataloader()))
+    seqs = records(gdir / f"{STEM}.fa")
+    for main, workers in zip(batches[0], batches[2]):
+        assert len(main) == len(workers) > 0
+        for a, b in zip(main, workers):
+            assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+            scored = b["loss_mask"] & b.get("attention_mask", torch.ones_like(b["loss_mask"]))
+            assert scored.any(dim=1).all()  # no empty or all-N window
+    val = torch.cat([b["input_ids"] for b in batches[2][1]])  # the valid interval, tiled in order
+    assert TOK.decode(val.flatten()) == seqs[PLAIN_RECORDS[0]][22_000:30_000]
 
 
 # ---------------------------------------------------------------------------------------------- fetch pipeline

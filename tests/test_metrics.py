@@ -1,5 +1,6 @@
 """Sample-quality metrics against hand-computed values, and `seqdiff sample` with its generation flags."""
 
+import json
 import math
 
 import pytest
@@ -151,6 +152,12 @@ def test_cli_infill_text_and_dna(runs, capsys, tmp_path):
     records = [r.split("\n", 1)[1].replace("\n", "") for r in out.split("metrics:")[0].split(">")[1:]]
     assert len(records) == 2 and all(r.startswith("ACGT") and r.endswith("TTTT") and len(r) <= 18 for r in records)
     assert "gc_content" in out and "kmer_tv_k6" in out and "reference_gc_content" in out
+    seq = "ACGTACGGGCCCATATGG"  # explicit intervals: regenerate 3-7 and 12-15, keep every other base
+    assert main(["sample", str(runs / "dna"), "--infill", seq, "--infill-intervals", "3-7,12-15", "--steps", "6",
+                 "--num-samples", "2", "--seed", "3"]) == 0
+    records = [r.split("\n", 1)[1].replace("\n", "") for r in capsys.readouterr().out.split(">")[1:]]
+    assert len(records) == 2  # (the untrained model may draw BOS / EOS / PAD inside the intervals: not shown)
+    assert all(r.startswith("ACG") and r[3:].find("GGCCC") >= 0 and r.endswith("TGG") for r in records)
 
 
 def _error(capsys, argv):
@@ -167,6 +174,8 @@ def test_cli_generation_input_errors(runs, capsys):
     assert "prompt (prefix) only" in _error(capsys, ["sample", ar, "--infill", "a__b"])
     assert "top_p" in _error(capsys, ["sample", mdlm, "--top-p", "0"])
     assert "not both" in _error(capsys, ["sample", mdlm, "--prompt", "a", "--infill", "a_"])
+    assert "--infill or" in _error(capsys, ["sample", mdlm, "--infill-intervals", "1-3"])
+    assert "past the end" in _error(capsys, ["sample", mdlm, "--infill", "abcd", "--infill-intervals", "2-9"])
     assert "--oracle" in _error(capsys, ["sample", mdlm, "--oracle", str(runs / "nope")])
 
 
@@ -197,3 +206,30 @@ def test_hf_oracle_retokenizes_and_scores_from_bos(tmp_path):
     assert n > 8  # more than one window
     assert oracle.nll(texts) == (pytest.approx(total), n)
     assert oracle.perplexity(texts) == pytest.approx(math.exp(total / n))
+
+
+def test_frontier_runs_every_sampler_side_by_side(runs, tmp_path, capsys):
+    out = tmp_path / "generation"
+    assert main(["frontier", "--checkpoint", str(runs / "mdlm"), "--checkpoint", str(runs / "ar"), "--oracle",
+                 str(runs / "ar"), "--steps", "4,8,32", "--length", "32", "--num-samples", "2", "--out", str(out)]) == 0
+    result = json.loads((out / "frontier.json").read_text())
+    grid = [(r["sampler"], r["steps"]) for r in result["rows"]]
+    assert grid == [("ancestral", 4), ("ancestral", 8), ("ancestral", 32), ("cached", 4), ("cached", 8),
+                    ("cached", 32), ("ar", 32)]
+    for r in result["rows"]:
+        assert math.isfinite(r["gen_perplexity"]) and r["gen_perplexity"] > 1 and r["unigram_entropy_nats"] > 0
+        assert r["seconds_per_sample_min"] <= r["seconds_per_sample"] <= r["seconds_per_sample_max"]
+        if r["sampler"] == "ancestral":  # one denoiser call per step; the cached sampler never makes more
+            assert r["denoiser_calls_per_sample"] == r["steps"]
+        if r["sampler"] == "cached":
+            assert r["denoiser_calls_per_sample"] <= r["steps"]
+    assert result["cached_equals_uncached"] == {"4": True, "8": True, "32": True}  # the same draws, exactly
+    speed = result["targets"]["cached_speedup_at_steps_equal_length"]
+    assert speed["expected_calls_ratio"] == pytest.approx(1 / (1 - (1 - 1 / 32) ** 32))
+    assert "mdlm_cached_quarter_steps_vs_ar" in result["targets"] and result["reference"]["gen_perplexity"] > 1
+    readme = (out / "README.md").read_text()
+    assert "seqdiff frontier" in readme and "entropy" in readme and "faster than uncached" in readme
+    assert (out / "frontier.png").stat().st_size > 0 and (out / "frontier_vs_steps.png").stat().st_size > 0
+    (out / "README.md").unlink()  # --render-only rebuilds the report from frontier.json alone
+    assert main(["frontier", "--render-only", "--out", str(out)]) == 0
+    assert (out / "README.md").read_text() == readme

@@ -5,7 +5,8 @@ level (MDLM passes sigma_t when time conditioning is on) and a padding mask; it 
 
 Design choices and the papers behind them
 - Pre-norm transformer blocks (LayerNorm -> attention -> residual; LayerNorm -> MLP -> residual), GELU
-  (tanh approximation) MLP of width mlp_ratio * hidden, fused qkv projection, final LayerNorm and an
+  MLP of width mlp_ratio * hidden (tanh approximation by default, as MDLM; `model.activation: gelu` for the
+  exact one), fused qkv projection, final LayerNorm and an
   untied output projection — the backbone of MDLM (Sahoo et al. 2024, "Simple and Effective Masked
   Diffusion Language Models", arXiv:2406.07524), itself the DiT of Peebles & Xie 2023 ("Scalable Diffusion
   Models with Transformers", arXiv:2212.09748) over token sequences.
@@ -37,6 +38,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from seqdiff.backbones.activations import ACTIVATIONS
 from seqdiff.backbones.rotary import RotaryEmbedding, apply_rotary
 from seqdiff.config import ModelConfig
 
@@ -131,14 +133,15 @@ class SelfAttention(nn.Module):
 
 
 class MLP(nn.Module):
-    def __init__(self, hidden_size: int, mlp_ratio: int, dropout: float) -> None:
+    def __init__(self, hidden_size: int, mlp_ratio: int, dropout: float, activation: str = "gelu_tanh") -> None:
         super().__init__()
         self.fc = nn.Linear(hidden_size, mlp_ratio * hidden_size)
         self.proj = nn.Linear(mlp_ratio * hidden_size, hidden_size)
         self.dropout = nn.Dropout(dropout)
+        self.activation = ACTIVATIONS[activation]
 
     def forward(self, x: Tensor) -> Tensor:
-        h = F.gelu(self.fc(x), approximate="tanh")  # (B, L, mlp_ratio * H)
+        h = self.activation(self.fc(x))  # (B, L, mlp_ratio * H)
         return self.dropout(self.proj(h))  # (B, L, H)
 
 
@@ -151,7 +154,7 @@ class DiTBlock(nn.Module):
         self.norm1 = nn.LayerNorm(H, elementwise_affine=not cond)
         self.attn = SelfAttention(H, cfg.n_heads, cfg.dropout)
         self.norm2 = nn.LayerNorm(H, elementwise_affine=not cond)
-        self.mlp = MLP(H, cfg.mlp_ratio, cfg.dropout)
+        self.mlp = MLP(H, cfg.mlp_ratio, cfg.dropout, cfg.activation)
         # SiLU(c) -> shift, scale, gate for attention and for the MLP; zero-initialized in DiT._init_weights.
         self.adaLN_modulation = nn.Linear(cfg.cond_dim, 6 * H) if cond else None
 
@@ -233,8 +236,12 @@ class DiT(nn.Module):
         attention_mask: Tensor | None = None,
         *,
         kv_cache: KVCache | None = None,
+        layer: int | None = None,
     ) -> Tensor:
         """Final-normed (and, with time conditioning, modulated) hidden states (B, L, hidden_size).
+
+        layer: return instead the residual stream after that many blocks (0 = the token embeddings,
+        n_layers = the last block's output before the final norm); probes read intermediate layers this way.
 
         input_ids: LongTensor (B, L). noise_level: (B,) or a scalar; required with time conditioning,
         ignored without. attention_mask: BoolTensor (B, L), True = real token; used as a key padding mask
@@ -254,10 +261,16 @@ class DiT(nn.Module):
         rotations = self.rotary(L, offset=start)  # (L, Dh/2, 2) cos, sin
         attn_mask, is_causal = self._attention_mask(attention_mask, B, L, start, kv_cache, input_ids.device)
 
+        if layer is not None and not 0 <= layer <= len(self.blocks):
+            raise ValueError(f"layer must be in [0, {len(self.blocks)}] (n_layers), got {layer}")
+        if layer is not None and kv_cache is not None:
+            raise ValueError("layer= reads an intermediate layer for probes; it cannot fill a kv_cache")
         x = self.embed(input_ids)  # (B, L, H)
-        for i, block in enumerate(self.blocks):
+        for i, block in enumerate(self.blocks[:layer]):
             kv = None if kv_cache is None else (kv_cache.keys[i], kv_cache.values[i])
             x = block(x, c, rotations, attn_mask, is_causal, kv, start)
+        if layer is not None:
+            return x
         x = self.norm_final(x)
         if self.final_modulation is not None:
             shift, scale = self.final_modulation(c)[:, None].chunk(2, dim=-1)  # (B, 1, H) each

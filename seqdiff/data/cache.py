@@ -13,6 +13,8 @@ Design choices
 - Verified on every load: a missing shard, a size or sha256 that differs from the manifest (a flipped
   byte, a truncated file) makes the cache be rebuilt, with a message on stderr. It is never used silently.
 - Shards are opened with `np.load(mmap_mode="r")`, so a corpus larger than memory is paged in on demand.
+- Built in bounded memory: `load_or_build_into` lets the builder write the shards itself (the text data
+  module uses `seqdiff.data.streaming`); temporary folders of killed builds are removed by later builds.
 """
 
 from __future__ import annotations
@@ -94,15 +96,29 @@ def _open(folder: Path) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
 
 
 def _write(folder: Path, fields: dict[str, Any], arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> None:
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.tmp-", dir=folder.parent))
-    try:
-        shards = {}
+    def save(tmp: Path) -> dict[str, Any]:
         for name, array in arrays.items():
-            path = tmp / f"{name}.npy"
-            np.save(path, np.ascontiguousarray(array))
-            shards[name] = {"shape": list(array.shape), "dtype": str(array.dtype), "bytes": path.stat().st_size,
-                            "sha256": _sha256(path)}
+            np.save(tmp / f"{name}.npy", np.ascontiguousarray(array))
+        return meta
+
+    _write_with(folder, fields, save)
+
+
+def _write_with(folder: Path, fields: dict[str, Any], fill: Callable[[Path], dict[str, Any]]) -> None:
+    """`fill(tmp)` writes the shards (<name>.npy) into a temporary folder and returns the meta; the manifest
+    is added and the folder renamed into place only after it returns (an interrupted build leaves nothing
+    under the final name; its temporary folder is removed by the next build of any key)."""
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    _remove_stale_builds(folder.parent)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.tmp-{os.getpid()}-", dir=folder.parent))
+    try:
+        meta = fill(tmp)
+        shards = {}
+        for path in sorted(tmp.glob("*.npy")):
+            array = np.load(path, mmap_mode="r")
+            shards[path.stem] = {"shape": list(array.shape), "dtype": str(array.dtype),
+                                 "bytes": path.stat().st_size, "sha256": _sha256(path)}
+            del array
         manifest = {"version": CACHE_VERSION, "key": fields, "meta": meta, "shards": shards}
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, default=str) + "\n")
         if folder.exists():
@@ -114,6 +130,20 @@ def _write(folder: Path, fields: dict[str, Any], arrays: dict[str, np.ndarray], 
                 raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _remove_stale_builds(root: Path) -> None:
+    """Remove temporary build folders (.<key>.tmp-<pid>-*) whose process no longer runs (a killed build)."""
+    for tmp in root.glob(".*.tmp-*"):
+        pid = tmp.name.rsplit(".tmp-", 1)[1].split("-", 1)[0]
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(tmp, ignore_errors=True)
+        except OSError:  # another user's live process
+            pass
 
 
 def load_or_build(fields: dict[str, Any],
@@ -130,4 +160,20 @@ def load_or_build(fields: dict[str, Any],
         log(f"seqdiff: tokenized cache {folder} is corrupt ({'; '.join(problems)}); rebuilding it")
     arrays, meta = build()
     _write(folder, fields, arrays, meta)
+    return _open(folder)
+
+
+def load_or_build_into(fields: dict[str, Any], build_into: Callable[[Path], dict[str, Any]],
+                       root: str | Path | None = None,
+                       log: Callable[[str], None] | None = None) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """Like `load_or_build`, for builds larger than memory: on a miss `build_into(folder)` writes the .npy
+    shards itself (e.g. `seqdiff.data.streaming.build_streaming`) and returns the meta."""
+    log = log or (lambda message: print(message, file=sys.stderr))
+    folder = Path(root or cache_root()) / cache_key(fields)
+    if folder.exists():
+        problems = _problems(folder)
+        if not problems:
+            return _open(folder)
+        log(f"seqdiff: tokenized cache {folder} is corrupt ({'; '.join(problems)}); rebuilding it")
+    _write_with(folder, fields, build_into)
     return _open(folder)

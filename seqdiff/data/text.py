@@ -10,7 +10,8 @@ Three block modes (data.block_mode):
 
 Document boundaries: a .jsonl line or .parquet row; in .txt files a paragraph or a line (data.documents).
 Tokenized blocks of large sources (data.cache_min_bytes, or data.cache=true) are cached on disk under
-the data directory (`seqdiff.data.cache`) and tokenized in parallel with a progress bar.
+the data directory (`seqdiff.data.cache`), tokenized as a stream in bounded memory, in parallel with a
+progress bar (`seqdiff.data.streaming`: the same arrays as the in-memory path, built chunk by chunk).
 """
 
 from __future__ import annotations
@@ -193,7 +194,10 @@ def load_split_arrays(config: DataConfig, tokenizer: Tokenizer, split: str,
         return build_split_arrays(source, tokenizer, config)
     fields = {**source.identity(), "tokenizer": cache.tokenizer_fingerprint(tokenizer),
               "seq_len": config.seq_len if config.block_mode != "stream" else None, "mode": config.block_mode}
-    return cache.load_or_build(fields, lambda: build_split_arrays(source, tokenizer, config), log=log)
+    from seqdiff.data.streaming import build_streaming  # bounded memory, the same arrays
+
+    return cache.load_or_build_into(fields, lambda folder: build_streaming(source, tokenizer, config, folder),
+                                    log=log)
 
 
 class TextDataModule(L.LightningDataModule):

@@ -14,6 +14,7 @@ import gzip
 import json
 import re
 import zlib
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 _CORPORA_DIR = Path(__file__).resolve().parent / "corpora"
@@ -75,15 +76,34 @@ def read_documents(path: str | Path, documents: str = "paragraphs") -> list[str]
         docs = [d.replace("\r\n", "\n").replace("\r", "\n") for d in docs]
     else:
         text = read_text_file(path)
-        if documents == "lines":
-            docs = [line for line in text.split("\n") if line.strip()]
-        elif documents == "paragraphs":
-            docs = [p.strip("\n") for p in re.split(r"\n[ \t]*\n", text) if p.strip()]
-        else:
-            raise ValueError(f"data.documents={documents!r} is unknown; choose 'paragraphs' or 'lines'")
+        docs = list(split_documents(text.split("\n"), documents))
     if not docs:
         raise DataFileError(f"{path}: holds no documents (every document is empty)")
     return docs
+
+
+_BLANK = re.compile(r"[ \t]*")
+
+
+def split_documents(lines: Iterable[str], documents: str = "paragraphs") -> Iterator[str]:
+    """Documents from the lines of a text (no "\\n"), lazily: each non-blank line (`"lines"`), or each run of
+    lines between blank lines (only spaces / tabs), joined by "\\n" (`"paragraphs"`). Lazy, so that the
+    streaming tokenizer (seqdiff.data.streaming) and `read_documents` share one definition."""
+    if documents not in ("paragraphs", "lines"):
+        raise ValueError(f"data.documents={documents!r} is unknown; choose 'paragraphs' or 'lines'")
+    if documents == "lines":
+        yield from (line for line in lines if line.strip())
+        return
+    paragraph: list[str] = []
+    for line in lines:
+        if _BLANK.fullmatch(line):
+            if paragraph and any(p.strip() for p in paragraph):
+                yield "\n".join(paragraph)
+            paragraph = []
+        else:
+            paragraph.append(line)
+    if paragraph and any(p.strip() for p in paragraph):
+        yield "\n".join(paragraph)
 
 
 def _joined(path: Path, documents: list[str]) -> str:
@@ -94,24 +114,33 @@ def _joined(path: Path, documents: list[str]) -> str:
 
 
 def _parquet_documents(path: Path) -> list[str]:
+    return list(iter_parquet_documents(path))
+
+
+def iter_parquet_documents(path: Path, batch_rows: int = 4096) -> Iterator[str]:
+    """The non-empty `text` values of a .parquet file, read `batch_rows` rows at a time."""
     if not path.is_file():
         raise DataFileError(f"{path}: no such file")
     try:
+        import pyarrow as pa
         import pyarrow.parquet as pq
     except ImportError as e:
         raise DataFileError(f"{path}: reading .parquet files needs pyarrow (pip install pyarrow)") from e
     try:
-        table = pq.read_table(path)
+        file = pq.ParquetFile(path)
+        schema = file.schema_arrow
     except Exception as e:  # pyarrow raises several types for a malformed file
         raise DataFileError(f"{path}: not a readable parquet file ({e})") from e
-    if "text" not in table.column_names:
-        raise DataFileError(f"{path}: has no 'text' column (columns: {', '.join(table.column_names)})")
-    column = table.column("text")
-    import pyarrow as pa
-
-    if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
-        raise DataFileError(f"{path}: column 'text' holds {column.type}, not strings")
-    return [d for d in column.to_pylist() if d is not None and d.strip()]
+    if "text" not in schema.names:
+        raise DataFileError(f"{path}: has no 'text' column (columns: {', '.join(schema.names)})")
+    kind = schema.field("text").type
+    if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
+        raise DataFileError(f"{path}: column 'text' holds {kind}, not strings")
+    try:
+        for batch in file.iter_batches(batch_size=batch_rows, columns=["text"]):
+            yield from (d for d in batch.column(0).to_pylist() if d is not None and d.strip())
+    except OSError as e:
+        raise DataFileError(f"{path}: not a readable parquet file ({e})") from e
 
 
 def corpus_split_path(name_or_path: str | Path, split: str) -> Path:
@@ -216,25 +245,27 @@ def _decode_utf8(path: Path, raw: bytes, *, decompressed: bool) -> str:
 
 
 def _jsonl_documents(path: Path, text: str) -> list[str]:
-    documents = []
     # Split on "\n" only: JSON strings may hold characters that str.splitlines() treats as line breaks.
-    for number, line in enumerate(text.split("\n"), start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise DataFileError(
-                f"{path}: line {number} is not valid JSON ({e.msg} at column {e.colno})"
-            ) from e
-        if not isinstance(record, dict) or "text" not in record:
-            found = (
-                f"keys {sorted(record)}" if isinstance(record, dict) else f"a JSON {type(record).__name__}"
-            )
-            raise DataFileError(f"{path}: line {number} has no 'text' field ({found})")
-        document = record["text"]
-        if not isinstance(document, str):
-            raise DataFileError(f"{path}: line {number}: 'text' is a {type(document).__name__}, not a string")
-        if document.strip():
-            documents.append(document)
-    return documents
+    documents = [jsonl_document(path, number, line) for number, line in enumerate(text.split("\n"), start=1)]
+    return [d for d in documents if d is not None]
+
+
+def jsonl_document(path: Path, number: int, line: str) -> str | None:
+    """The `text` of line `number` of a .jsonl file; None for a blank line or an empty / whitespace document."""
+    if not line.strip():
+        return None
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise DataFileError(
+            f"{path}: line {number} is not valid JSON ({e.msg} at column {e.colno})"
+        ) from e
+    if not isinstance(record, dict) or "text" not in record:
+        found = (
+            f"keys {sorted(record)}" if isinstance(record, dict) else f"a JSON {type(record).__name__}"
+        )
+        raise DataFileError(f"{path}: line {number} has no 'text' field ({found})")
+    document = record["text"]
+    if not isinstance(document, str):
+        raise DataFileError(f"{path}: line {number}: 'text' is a {type(document).__name__}, not a string")
+    return document if document.strip() else None

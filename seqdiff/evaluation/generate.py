@@ -4,7 +4,8 @@
   overlapping blocks (seqdiff.samplers.mdlm_semi_ar), for any sampler that accepts `given` conditioning.
 - Conditioning: `given` (L,) or (B, L) with -1 at free positions; `given_from_prompt` / `given_from_infill`
   build it from text. Infill placeholders: `_` for character models, `N` for DNA (so N cannot be given as a
-  base), `_` for BPE models, where each `_` is one masked token.
+  base), `_` for BPE models, where each `_` is one masked token; or explicit intervals of token positions
+  (`parse_intervals`: "10-20,40-55", 0-based, end exclusive) masked in a given sequence.
 - Variable length: with `stop_at_eos` each sample is cut at its first EOS (EOS and what follows dropped);
   `Generation.lengths` holds the lengths and `length_distribution` summarizes them.
 """
@@ -12,6 +13,7 @@
 from __future__ import annotations
 
 import os
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +36,8 @@ class Generation:
     sampler: str
     lengths: list[int] | None = None
     """Length of each sample in tokens (after EOS truncation when asked)."""
+    stats: dict | None = None
+    """What the sampler reports about itself, when it does (edlm: effective sample size)."""
 
 
 def placeholder_char(tokenizer: Tokenizer) -> str:
@@ -71,9 +75,26 @@ def given_from_prompt(tokenizer: Tokenizer, prompt: str, length: int) -> torch.T
     return given
 
 
-def given_from_infill(tokenizer: Tokenizer, text: str, length: int | None = None) -> torch.Tensor:
-    """Conditioning from text whose masked positions are `placeholder_char` (one per masked token). Its length
-    is the text's; a longer `length` leaves the tail free too."""
+def parse_intervals(spec: str) -> list[tuple[int, int]]:
+    """"10-20,40-55" -> [(10, 20), (40, 55)]: token positions, 0-based, end exclusive (the BED convention)."""
+    intervals = []
+    for part in spec.split(","):
+        match = re.fullmatch(r"\s*(\d+)\s*-\s*(\d+)\s*", part)
+        if not match:
+            raise SamplerError(f"infill interval {part.strip()!r} is not START-END (0-based, end exclusive, "
+                               "e.g. 10-20,40-55)")
+        start, end = int(match.group(1)), int(match.group(2))
+        if end <= start:
+            raise SamplerError(f"infill interval {start}-{end} is empty: END must exceed START (end exclusive)")
+        intervals.append((start, end))
+    return intervals
+
+
+def given_from_infill(tokenizer: Tokenizer, text: str, length: int | None = None,
+                      intervals: list[tuple[int, int]] | None = None) -> torch.Tensor:
+    """Conditioning from text whose masked positions are `placeholder_char` (one per masked token) and, with
+    `intervals` ((start, end) token positions, end exclusive), every position inside them. Its length is the
+    text's; a longer `length` leaves the tail free too."""
     mark = placeholder_char(tokenizer)
     ids: list[int] = []
     segment = ""
@@ -90,8 +111,13 @@ def given_from_infill(tokenizer: Tokenizer, text: str, length: int | None = None
     length = len(ids) if length is None else length
     if len(ids) > length:
         raise SamplerError(f"the infill text is {len(ids)} tokens long, longer than the sample length {length}")
+    for start, end in intervals or []:
+        if end > len(ids):
+            raise SamplerError(f"infill interval {start}-{end} reaches past the end of the {len(ids)}-token "
+                               "sequence to infill")
+        ids[start:end] = [-1] * (end - start)
     if -1 not in ids and length == len(ids):
-        raise SamplerError(f"the infill text has no masked position (mark them with {mark!r})")
+        raise SamplerError(f"the infill text has no masked position (mark them with {mark!r} or give intervals)")
     return torch.tensor(ids + [-1] * (length - len(ids)), dtype=torch.long)
 
 
@@ -110,17 +136,18 @@ def length_distribution(lengths: list[int]) -> dict[str, float]:
 
 @torch.no_grad()
 def generate(model: LoadedModel, cfg: SampleConfig, progress: bool = False,
-             given: torch.Tensor | None = None) -> Generation:
+             given: torch.Tensor | None = None, sampler_options: dict | None = None) -> Generation:
     """`cfg.num_samples` sequences in batches of `cfg.batch_size`, all draws from one seeded generator.
 
     `given` ((L,) or (num_samples, L), -1 at free positions) conditions the samples; its length is the sample
     length when `cfg.seq_len` is unset. With `cfg.semi_ar`, lengths beyond the model's context are generated in
-    blocks of the training length, overlapping by `cfg.overlap` tokens (default: half a block)."""
+    blocks of the training length, overlapping by `cfg.overlap` tokens (default: half a block).
+    `sampler_options` go to samplers that take more than the config (edlm: energy, k, window)."""
     if cfg.num_samples < 1 or cfg.batch_size < 1:
         raise ValueError("sample.num_samples and sample.batch_size must be >= 1")
     seq_len = cfg.seq_len or (given.shape[-1] if given is not None else model.seq_len)
     sampler = build_sampler(cfg.sampler, model.method, model.backbone, steps=cfg.steps,
-                            temperature=cfg.temperature, top_p=cfg.top_p)
+                            temperature=cfg.temperature, top_p=cfg.top_p, **(sampler_options or {}))
     context = model.backbone.config.max_seq_len
     block_len = min(model.seq_len, context)
     semi_ar = cfg.semi_ar and seq_len > context
@@ -157,7 +184,7 @@ def generate(model: LoadedModel, cfg: SampleConfig, progress: bool = False,
         tokens = [truncate_at_eos(t, model.tokenizer.eos_id) for t in tokens]
     texts = [model.tokenizer.decode(t) for t in tokens]
     return Generation(tokens=tokens, texts=texts, seconds=seconds, denoiser_calls=calls, sampler=sampler.name,
-                      lengths=[len(t) for t in tokens])
+                      lengths=[len(t) for t in tokens], stats=sampler.stats() if hasattr(sampler, "stats") else None)
 
 
 def format_samples(gen: Generation, fasta: bool) -> str:

@@ -255,7 +255,7 @@ def convert_mdlm_state_dict(state_dict: dict[str, Tensor], *, time_conditioning:
 
     config = ModelConfig(backbone="dit", hidden_size=H, n_layers=n_layers, n_heads=n_heads,
                          mlp_ratio=mlp_hidden // H, cond_dim=C, dropout=0.0, time_conditioning=time_conditioning,
-                         max_seq_len=max_seq_len)
+                         max_seq_len=max_seq_len, activation="gelu_tanh")  # the reference's nn.GELU("tanh")
     return config, {k: v.to(torch.float32).contiguous() for k, v in out.items()}
 
 

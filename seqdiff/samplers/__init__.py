@@ -5,6 +5,7 @@ from __future__ import annotations
 from seqdiff.samplers.ar_kv import ARSampler
 from seqdiff.samplers.base import SampleOutput, Sampler, SamplerError
 from seqdiff.samplers.d3pm_ancestral import D3PMAncestralSampler
+from seqdiff.samplers.edlm_importance import EDLMImportanceSampler
 from seqdiff.samplers.mdlm_ancestral import MDLMAncestralSampler
 from seqdiff.samplers.mdlm_cached import MDLMCachedSampler
 from seqdiff.samplers.mdlm_semi_ar import generate_semi_ar
@@ -14,23 +15,25 @@ from seqdiff.samplers.sedd_euler import SEDDEulerSampler
 SAMPLERS: dict[str, type[Sampler]] = {
     cls.name: cls
     for cls in (MDLMAncestralSampler, MDLMCachedSampler, ARSampler, SEDDAnalyticSampler, SEDDEulerSampler,
-                D3PMAncestralSampler)
+                D3PMAncestralSampler, EDLMImportanceSampler)
 }
 
 DEFAULT_SAMPLER = {"mdlm": "cached", "ar": "ar", "sedd": "analytic", "d3pm": "d3pm"}
 
 
 def build_sampler(name: str | None, method, backbone, steps: int, temperature: float = 1.0,
-                  top_p: float = 1.0) -> Sampler:
+                  top_p: float = 1.0, **options) -> Sampler:
     """Sampler by name; None picks the method's default (DEFAULT_SAMPLER: cached for MDLM, KV-cached for AR,
-    analytic for SEDD, ancestral for D3PM). top_p < 1 (nucleus) is for the MDLM and AR samplers."""
+    analytic for SEDD, ancestral for D3PM). top_p < 1 (nucleus) is for the MDLM and AR samplers.
+    `options` go to samplers that take more (edlm: energy, k, window)."""
     if name is None:
         name = DEFAULT_SAMPLER.get(method.name)
     if name not in SAMPLERS:
         raise SamplerError(f"sample.sampler={name!r} is unknown; choose one of {sorted(SAMPLERS)}")
-    return SAMPLERS[name](method, backbone, steps=steps, temperature=temperature, top_p=top_p)
+    return SAMPLERS[name](method, backbone, steps=steps, temperature=temperature, top_p=top_p, **options)
 
 
-__all__ = ["DEFAULT_SAMPLER", "SAMPLERS", "ARSampler", "D3PMAncestralSampler", "MDLMAncestralSampler",
+__all__ = ["DEFAULT_SAMPLER", "SAMPLERS", "ARSampler", "D3PMAncestralSampler", "EDLMImportanceSampler",
+           "MDLMAncestralSampler",
            "MDLMCachedSampler", "SEDDAnalyticSampler", "SEDDEulerSampler", "SampleOutput", "Sampler", "SamplerError",
            "build_sampler", "generate_semi_ar"]

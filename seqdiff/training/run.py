@@ -15,8 +15,10 @@ writes files.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,8 +31,9 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.strategies import StrategyRegistry
 from lightning.pytorch.utilities.rank_zero import rank_zero_only, rank_zero_warn
 
+from seqdiff.backbones import BLOCKS, load_pretrained, pretrained_model_config
 from seqdiff.checkpoint import CheckpointError, latest_readable_checkpoint, step_checkpoints
-from seqdiff.config import RunConfig, to_dict
+from seqdiff.config import RunConfig, TrainConfig, to_dict
 from seqdiff.data import build_data_module
 from seqdiff.tokenizers import build_tokenizer
 from seqdiff.training.csv_log import ResumableCSVLogger
@@ -105,6 +108,44 @@ def _add_training_time(run_dir: Path, seconds: float, step: int) -> None:
     os.replace(tmp, path)
 
 
+def resolve_init_from(value: str) -> Path:
+    """`model.init_from`: a directory, or the name of a fetched data source (`bert-vocab`) in the data directory."""
+    from seqdiff.data.fetch import SOURCES, source_path
+
+    path = Path(value).expanduser()
+    if not path.exists() and value in SOURCES:
+        return source_path(value)
+    return path
+
+
+def build_strategy(tcfg: TrainConfig) -> tuple[object, str]:
+    """(strategy, accelerator) for the Trainer: train.strategy as given, except FSDP (see below).
+
+    FSDP gets one shard unit per transformer block (seqdiff.backbones.BLOCKS) and full-state-dict
+    checkpoints (what `eval`, `sample` and `export` read). Lightning's FSDP runs only on CUDA and wants the
+    accelerator named, so accelerator=auto becomes gpu; on CPU it is refused here with the alternative.
+    EMA is refused with FSDP: the EMA callback would keep per-process copies of sharded parameters, which
+    a checkpoint cannot hold.
+    """
+    from lightning.pytorch.strategies import FSDPStrategy
+
+    if tcfg.strategy not in FSDPStrategy.get_registered_strategies():
+        return tcfg.strategy, tcfg.accelerator
+    if tcfg.ema_decay > 0:
+        raise RunError(f"train.strategy={tcfg.strategy} needs train.ema_decay=0: EMA weights of sharded parameters "
+                       f"are not gathered into checkpoints")
+    accelerator = tcfg.accelerator
+    if accelerator == "auto":
+        accelerator = "gpu" if torch.cuda.is_available() else "cpu"
+    if accelerator not in ("gpu", "cuda"):
+        raise RunError(f"train.strategy={tcfg.strategy} needs CUDA GPUs: Lightning's FSDP strategy does not run on "
+                       f"{accelerator} (train.accelerator={tcfg.accelerator}); on CPU use train.strategy=ddp, "
+                       f"which runs with gloo")
+    strategy = FSDPStrategy(auto_wrap_policy=set(BLOCKS), state_dict_type="full",
+                            cpu_offload=tcfg.strategy == "fsdp_cpu_offload")
+    return strategy, accelerator
+
+
 def resolve_precision(setting: str) -> str:
     if setting != "auto":
         return setting if setting != "32" else "32-true"
@@ -126,7 +167,15 @@ def train(config: RunConfig, run_dir: str | Path, resume: bool = False,
     strategies = ["auto", *StrategyRegistry.available_strategies()]
     if tcfg.strategy not in strategies:
         raise RunError(f"train.strategy={tcfg.strategy!r} is unknown; choose one of {strategies}")
+    strategy, accelerator = build_strategy(tcfg)
     tokenizer = build_tokenizer(config.data.tokenizer, **config.data.tokenizer_options)
+    if config.model.init_from:  # the published weights fix the shape: their config.json wins over the recipe
+        model_config = dataclasses.replace(config.model, init_from=str(resolve_init_from(config.model.init_from)))
+        model_config, changed = pretrained_model_config(model_config)
+        config = dataclasses.replace(config, model=model_config)
+        if changed and rank_zero_only.rank == 0:
+            print(f"seqdiff: model.init_from={config.model.init_from} sets " + ", ".join(
+                f"model.{k}={new!r} (recipe: {old!r})" for k, (old, new) in changed.items()), file=sys.stderr)
     if config.data.seq_len > config.model.max_seq_len:
         raise RunError(f"data.seq_len={config.data.seq_len} exceeds model.max_seq_len={config.model.max_seq_len}")
     data = build_data_module(config.data, tokenizer, seed=tcfg.seed)
@@ -145,6 +194,12 @@ def train(config: RunConfig, run_dir: str | Path, resume: bool = False,
     module = SeqDiffModule(model=to_dict(config.model), method=to_dict(config.method), train=to_dict(tcfg),
                            tokenizer=tokenizer.to_dict(), seq_len=config.data.seq_len,
                            data=to_dict(config.data))
+    if config.model.init_from and not resume:  # a resumed run takes every weight from its checkpoint
+        loaded = load_pretrained(module.backbone, config.model)
+        if rank_zero_only.rank == 0:
+            fresh = f"; newly initialized: {', '.join(loaded['fresh'])}" if loaded["fresh"] else ""
+            print(f"seqdiff: {len(loaded['loaded'])} weights loaded from {config.model.init_from}{fresh}",
+                  file=sys.stderr)
 
     callbacks = [ModelCheckpoint(dirpath=run_dir / "checkpoints", filename="step{step}", save_last=True,
                                  every_n_train_steps=tcfg.checkpoint_every, save_top_k=1,
@@ -166,9 +221,9 @@ def train(config: RunConfig, run_dir: str | Path, resume: bool = False,
 
     trainer = L.Trainer(
         max_steps=tcfg.max_steps,
-        accelerator=tcfg.accelerator,
+        accelerator=accelerator,
         devices=int(tcfg.devices) if str(tcfg.devices).isdigit() else tcfg.devices,
-        strategy=tcfg.strategy,
+        strategy=strategy,
         num_nodes=tcfg.num_nodes,
         precision=resolve_precision(tcfg.precision),
         gradient_clip_val=tcfg.grad_clip or None,

@@ -1,0 +1,64 @@
+"""What an EDLM energy is: a scalar E(x0, x_t) per sequence that reweights the frozen MDLM denoiser mu.
+
+EDLM (Xu et al., ICLR 2025, arXiv 2410.21357) replaces MDLM's factorized denoiser by a residual energy-based
+model at the level of the whole sequence:
+
+    p(x0 | x_t) = mu(x0 | x_t) exp(-E(x0, x_t)) / Z(x_t),    Z(x_t) = E_{x0 ~ mu(.|x_t)} [exp(-E(x0, x_t))].
+
+mu is a trained MDLM (SUBS: unmasked tokens of x_t are carried over, so every x0 considered agrees with x_t
+there). An energy sees candidate sequences x0 (N, L), the noisy x_t they were drawn from (N, L), and
+log mu(x0 | x_t) (N,) -- the caller always has mu's output already, so energies that need it (the AR ones)
+do not run the MDLM again. Energies return float64 (N,).
+
+`self_normalized` energies have Z(x_t) = 1 exactly (the carry-over AR energy): their likelihood bound needs no
+partition-function estimate.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import ClassVar
+
+import torch
+from torch import Tensor
+
+
+class EnergyError(ValueError):
+    """An energy that cannot be built or used with this model (unknown kind, unreadable file, vocab mismatch)."""
+
+
+class Energy(ABC):
+    name: ClassVar[str]
+    self_normalized: ClassVar[bool] = False
+    """Whether Z(x_t) = 1 exactly, so that log p(x0 | x_t) = log mu - E needs no estimate."""
+
+    @classmethod
+    def load(cls, path: str, mdlm, device: str = "cpu") -> Energy:
+        """The energy stored at `path` (an AR run, an NCE energy file), for the loaded MDLM `mdlm`."""
+        raise EnergyError(f"the {cls.name!r} energy cannot be loaded from a file")
+
+    @abstractmethod
+    def energy(self, x0: Tensor, xt: Tensor, log_mu: Tensor) -> Tensor:
+        """(N,) float64 energies of candidates x0 (N, L) given x_t (N, L); log_mu (N,) = log mu(x0 | x_t)."""
+
+    def __call__(self, x0: Tensor, xt: Tensor, log_mu: Tensor, chunk: int = 256) -> Tensor:
+        """`energy` in chunks of `chunk` rows (the sampler scores batch x k candidates at once)."""
+        with torch.no_grad():
+            return torch.cat([self.energy(x0[i : i + chunk], xt[i : i + chunk], log_mu[i : i + chunk]).double()
+                              for i in range(0, x0.shape[0], chunk)])
+
+
+def masked_log_mu(probs: Tensor, x0: Tensor, xt: Tensor, mask_id: int) -> Tensor:
+    """log mu(x0 | x_t) = sum over masked positions of log mu_l(x0^l | x_t) (SUBS: the carried-over unmasked
+    positions contribute log 1 = 0). probs (N, L, V) float64, x0 and xt (N, L) -> (N,) float64."""
+    token_p = probs.gather(-1, x0[..., None])[..., 0].double()  # (N, L)
+    return torch.where(xt == mask_id, token_p.log(), torch.zeros_like(token_p)).sum(-1)
+
+
+def draw_candidates(probs: Tensor, xt: Tensor, mask_id: int, k: int, generator: torch.Generator | None) -> Tensor:
+    """k draws x0 ~ mu(. | x_t) per row: (B, L, V) probs, (B, L) x_t -> (B, k, L); unmasked tokens carried over."""
+    from seqdiff.categorical import sample_categorical
+
+    B, L, V = probs.shape
+    draws = sample_categorical(probs[:, None].expand(B, k, L, V), generator)  # (B, k, L)
+    return torch.where(xt[:, None] == mask_id, draws, xt[:, None])

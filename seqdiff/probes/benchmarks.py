@@ -1,0 +1,64 @@
+"""Benchmark registry: `--benchmark NAME` -> a loader returning a checked `Benchmark`.
+
+Names: `splice` (offline, real), the eight Genomic Benchmarks datasets (and their short aliases), or the
+path of a user CSV / TSV of sequence, label (a seeded held-out test split is made unless `test_file` is
+given).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from seqdiff.probes import genomic_benchmarks as gb
+from seqdiff.probes.data import Benchmark, LabeledSequences, ProbeError, encode_labels, read_table, stratified_split
+from seqdiff.probes.splice import load_splice
+
+USER_TEST_FRACTION = 0.2
+USER_TEST_SEED = 20_260_001
+
+
+def _genomic(name: str) -> Callable[..., Benchmark]:
+    return lambda data_dir=None, **_: gb.load_genomic_benchmark(name, data_dir)
+
+
+BENCHMARKS: dict[str, Callable[..., Benchmark]] = {
+    "splice": lambda data_dir=None, **_: load_splice(Path(data_dir) / "DNA.rda" if data_dir else None),
+    **{name: _genomic(name) for name in gb.DATASETS},
+    **{alias: _genomic(target) for alias, target in gb.ALIASES.items()},
+}
+TABLE_SUFFIXES = (".csv", ".tsv", ".tab")
+
+
+def load_user_table(path: str | Path, test_file: str | Path | None = None) -> Benchmark:
+    """A user dataset: CSV / TSV of sequence, label; test rows from `test_file` or a seeded 20% hold-out."""
+    path = Path(path)
+    sequences, label_names = read_table(path)
+    labels, classes = encode_labels(label_names)
+    data = LabeledSequences(sequences, labels)
+    if test_file is not None:
+        test_seqs, test_names = read_table(test_file)
+        test = LabeledSequences(test_seqs, encode_labels(test_names, classes)[0])
+        train, split_note = data, f"official: {test_file}"
+    else:
+        kept, held = stratified_split(labels, USER_TEST_FRACTION, USER_TEST_SEED)
+        train, test = data.subset(kept), data.subset(held)
+        split_note = f"held out: {len(held)} rows ({USER_TEST_FRACTION:.0%} per class), numpy seed {USER_TEST_SEED}"
+    return Benchmark(name=path.stem, classes=classes, train=train, test=test,
+                     max_len=max(len(s) for s in train.sequences + test.sequences), source=str(path),
+                     test_split=split_note)
+
+
+def load_benchmark(name: str, data_dir: str | Path | None = None, test_file: str | Path | None = None) -> Benchmark:
+    """The benchmark called `name` (or the user table at that path), checked (classes, alphabet)."""
+    if name in BENCHMARKS:
+        bench = BENCHMARKS[name](data_dir=data_dir)
+    elif Path(name).suffix.lower() in TABLE_SUFFIXES:
+        if not Path(name).is_file():
+            raise ProbeError(f"dataset file {name} does not exist")
+        bench = load_user_table(name, test_file)
+    else:
+        raise ProbeError(f"unknown benchmark {name!r}; choose one of {sorted(BENCHMARKS)} or give a .csv / .tsv "
+                         "file of sequence,label")
+    bench.check()
+    return bench

@@ -1,0 +1,53 @@
+"""The Genomic Benchmarks CNN baseline (Grešová et al. 2023), written from its description:
+
+token embedding (100 dims) -> three blocks of [Conv1d, kernel 8, BatchNorm, MaxPool 2] with 16, 8, 4
+channels (ReLU after the first block) -> flatten -> Linear(512). The classification head (Linear(512,
+classes)) is added by `finetune.SequenceClassifier`, as for every encoder. Inputs are padded to one fixed
+length (the benchmark's), since the flatten size depends on it.
+"""
+
+from __future__ import annotations
+
+from torch import Tensor, nn
+
+EMBEDDING_DIM = 100
+CHANNELS = (16, 8, 4)
+KERNEL = 8
+DENSE = 512
+
+
+class GenomicBenchmarksCNN(nn.Module):
+    """(ids (B, L), mask) -> features (B, 512); L must equal `input_len`."""
+
+    def __init__(self, vocab_size: int, input_len: int) -> None:
+        super().__init__()
+        layers: list[nn.Module] = []
+        in_ch = EMBEDDING_DIM
+        for i, out_ch in enumerate(CHANNELS):
+            layers += [nn.Conv1d(in_ch, out_ch, KERNEL), nn.BatchNorm1d(out_ch)]
+            if i == 0:
+                layers.append(nn.ReLU())
+            layers.append(nn.MaxPool1d(2))
+            in_ch = out_ch
+        self.input_len = input_len
+        self.embed = nn.Embedding(vocab_size, EMBEDDING_DIM)
+        self.conv = nn.Sequential(*layers, nn.Flatten())
+        self.dense = nn.Linear(flatten_size(input_len), DENSE)
+        self.out_features = DENSE
+
+    def forward(self, ids: Tensor, mask: Tensor | None = None) -> Tensor:
+        if ids.shape[1] != self.input_len:
+            raise ValueError(f"the CNN was built for length {self.input_len}, got {ids.shape[1]}")
+        x = self.embed(ids).transpose(1, 2)  # (B, 100, L)
+        return self.dense(self.conv(x))  # (B, 512)
+
+
+def flatten_size(input_len: int) -> int:
+    """Features after the three conv (valid, kernel 8) + max-pool (2) blocks."""
+    length = input_len
+    for _ in CHANNELS:
+        length = (length - KERNEL + 1) // 2
+    if length < 1:
+        raise ValueError(f"input length {input_len} is too short for the CNN baseline (needs at least 57)")
+    return CHANNELS[-1] * length
+

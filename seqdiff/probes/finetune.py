@@ -1,0 +1,129 @@
+"""Fine-tuning: an encoder ((ids, mask) -> features) plus a linear classification head, trained end to end
+with Lightning; the epoch with the best validation accuracy is kept (model selection on validation) and
+only that one is scored on the test set.
+
+The encoder is a pretrained backbone (`embeddings.BackboneEncoder`, mean pooling over real positions), the
+same backbone randomly initialized, or the Genomic Benchmarks CNN.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import logging
+import warnings
+from dataclasses import dataclass
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+@dataclass
+class FinetuneConfig:
+    epochs: int = 3
+    """Passes over the training split; the best epoch on validation is kept."""
+    lr: float = 3e-4
+    """AdamW learning rate (constant after a linear warm-up over the first 10% of steps)."""
+    weight_decay: float = 0.01
+    batch_size: int = 32
+    dropout: float = 0.1
+    """Dropout on the pooled features before the head."""
+
+
+class SequenceClassifier(L.LightningModule):
+    """encoder -> dropout -> Linear(classes); cross-entropy. Keeps the weights of its best validation epoch."""
+
+    def __init__(self, encoder: nn.Module, num_classes: int, lr: float = 3e-4, weight_decay: float = 0.01,
+                 dropout: float = 0.1, warmup_steps: int = 0) -> None:
+        super().__init__()
+        self.save_hyperparameters(ignore=["encoder"], logger=False)
+        self.encoder = encoder
+        self.dropout = nn.Dropout(dropout)
+        self.head = nn.Linear(encoder.out_features, num_classes)
+        self._val_counts = torch.zeros(2)
+        self.best_accuracy, self.best_epoch = -1.0, -1
+        self.best_state: dict[str, Tensor] | None = None
+
+    def forward(self, ids: Tensor, mask: Tensor) -> Tensor:
+        return self.head(self.dropout(self.encoder(ids, mask)))  # (B, classes)
+
+    def training_step(self, batch, batch_idx):
+        ids, mask, labels = batch
+        loss = F.cross_entropy(self(ids, mask), labels)
+        self.log("train/loss", loss, prog_bar=False)
+        return loss
+
+    def validation_step(self, batch, batch_idx):
+        ids, mask, labels = batch
+        correct = (self(ids, mask).argmax(-1) == labels).sum()
+        self._val_counts += torch.stack([correct.cpu().float(), torch.tensor(float(len(labels)))])
+
+    def on_validation_epoch_end(self):
+        correct, total = self._val_counts
+        self._val_counts = torch.zeros(2)
+        if total == 0 or self.trainer.sanity_checking:
+            return
+        accuracy = float(correct / total)
+        self.log("val/accuracy", accuracy)
+        if accuracy > self.best_accuracy:  # model selection on validation: keep this epoch's weights
+            self.best_accuracy, self.best_epoch = accuracy, self.current_epoch
+            self.best_state = copy.deepcopy(self.state_dict())
+
+    def configure_optimizers(self):
+        optimizer = torch.optim.AdamW(self.parameters(), lr=self.hparams.lr, weight_decay=self.hparams.weight_decay)
+        warmup = max(1, self.hparams.warmup_steps)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / warmup))
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+
+def loader(ids: Tensor, mask: Tensor, labels: Tensor, batch_size: int, shuffle: bool, seed: int = 0) -> DataLoader:
+    generator = torch.Generator().manual_seed(seed)
+    return DataLoader(TensorDataset(ids, mask, labels), batch_size=batch_size, shuffle=shuffle, generator=generator)
+
+
+@contextlib.contextmanager
+def _quiet():
+    """Lightning's per-fit banners (accelerator, tips, deprecations) would repeat for every seed."""
+    log = logging.getLogger("lightning.pytorch")
+    level = log.level
+    log.setLevel(logging.WARNING)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*(LeafSpec|does not have many workers|litlogger).*")
+            yield
+    finally:
+        log.setLevel(level)
+
+
+@torch.no_grad()
+def predict(module: nn.Module, ids: Tensor, mask: Tensor, batch_size: int = 128) -> Tensor:
+    module.eval()
+    device = next(module.parameters()).device
+    out = [module(ids[i:i + batch_size].to(device), mask[i:i + batch_size].to(device)).argmax(-1).cpu()
+           for i in range(0, len(ids), batch_size)]
+    return torch.cat(out)
+
+
+def finetune(encoder: nn.Module, num_classes: int, data: dict[str, tuple[Tensor, Tensor, Tensor]],
+             config: FinetuneConfig, seed: int, accelerator: str = "cpu") -> tuple[float, float, int]:
+    """(validation accuracy, test accuracy, best epoch) of encoder + head trained on data["train"].
+
+    data maps train / val / test to (ids, mask, labels) tensors.
+    """
+    L.seed_everything(seed, workers=False, verbose=False)
+    steps = config.epochs * -(-len(data["train"][0]) // config.batch_size)
+    module = SequenceClassifier(encoder, num_classes, lr=config.lr, weight_decay=config.weight_decay,
+                                dropout=config.dropout, warmup_steps=max(1, steps // 10))
+    with _quiet():
+        trainer = L.Trainer(max_epochs=config.epochs, accelerator=accelerator, devices=1, logger=False,
+                            enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                            num_sanity_val_steps=0)
+        trainer.fit(module, loader(*data["train"], config.batch_size, shuffle=True, seed=seed),
+                    loader(*data["val"], 256, shuffle=False))
+    module.load_state_dict(module.best_state)
+    test_ids, test_mask, test_labels = data["test"]
+    test_acc = float((predict(module, test_ids, test_mask) == test_labels).float().mean())
+    return module.best_accuracy, test_acc, module.best_epoch

@@ -1,0 +1,307 @@
+"""The evaluation protocol of Caduceus and MDLM on Genomic Benchmarks, for every probe and baseline:
+
+for each of `seeds` seeds, a random stratified 90/10 split of the training set into train / validation;
+hyperparameters (C, k, the fine-tuning epoch) are chosen on validation; the chosen model is scored once
+on the test set. A row reports test top-1 accuracy as the mean and the range (min, max) over seeds.
+
+Rows (the `PROBES` registry, one function per kind of row):
+- `frozen`    a checkpoint's backbone, frozen; mean-pooled embeddings -> logistic regression
+- `finetune`  the same backbone + a linear head, trained end to end (Lightning)
+- `kmer`      k-mer frequencies (k = 3..6) -> logistic regression
+- `cnn`       the Genomic Benchmarks CNN, trained from scratch
+A randomly initialized copy of the first checkpoint's backbone (same config) gets `frozen` and `finetune`
+rows too, to show what pretraining adds.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from seqdiff.probes.data import Benchmark, LabeledSequences, ProbeError, stratified_split, truncate
+from seqdiff.probes.finetune import FinetuneConfig
+
+VAL_FRACTION = 0.1
+BEST_LAYER = "best"
+RANDOM_INIT_SEED = 1000
+"""Seed s of the protocol initializes the random-init backbone with RANDOM_INIT_SEED + s."""
+
+
+@dataclass
+class ProbeConfig:
+    seeds: int = 5
+    """Seeds of the protocol: each draws its own 90/10 train / validation split (and initialization)."""
+    finetune_seeds: int | None = None
+    """Seeds for the trained rows (finetune, cnn); None = `seeds`. Fewer saves CPU time; the report says so."""
+    layer: int | str | None = None
+    """Layer the frozen probe reads (0 = embeddings, n_layers = last block; None = final output; "best" = chosen
+    on validation among all). Fine-tuning pools the final output unless an integer layer is given."""
+    rc_average: bool = False
+    """Average each embedding with its reverse complement's."""
+    pool: str = "mean"
+    """Frozen probe pooling: "mean" over real positions, or "flatten" (every position's state; fixed length)."""
+    finetune: FinetuneConfig = field(default_factory=FinetuneConfig)
+    cnn: FinetuneConfig = field(default_factory=lambda: FinetuneConfig(epochs=10, lr=1e-3, dropout=0.0))
+    """Training of the CNN baseline (the Genomic Benchmarks experiments used Adam at 1e-3)."""
+    device: str = "cpu"
+
+
+@dataclass
+class ProbeModel:
+    """A backbone under test: loaded from a checkpoint, or randomly initialized."""
+
+    name: str
+    backbone: nn.Module
+    tokenizer: Any
+    method: str
+    step: int
+    path: str
+    pretrained: bool = True
+
+
+@dataclass
+class Split:
+    """One seed's data: train / val / test `LabeledSequences` (already truncated to the context)."""
+
+    train: LabeledSequences
+    val: LabeledSequences
+    test: LabeledSequences
+
+    def sequences(self) -> dict[str, list[str]]:
+        return {"train": self.train.sequences, "val": self.val.sequences, "test": self.test.sequences}
+
+    def labels(self) -> dict[str, np.ndarray]:
+        return {"train": self.train.labels, "val": self.val.labels, "test": self.test.labels}
+
+
+def seed_split(bench: Benchmark, seed: int, context: int) -> tuple[Split, int]:
+    """(the seed's 90/10 split with every sequence cut to `context` by the benchmark's rule, number cut)."""
+    train_idx, val_idx = stratified_split(bench.train.labels, VAL_FRACTION, seed)
+    n_cut = 0
+    parts = []
+    for data in (bench.train.subset(train_idx), bench.train.subset(val_idx), bench.test):
+        seqs, cut = truncate(data.sequences, context, bench.truncation)
+        parts.append(LabeledSequences(seqs, data.labels))
+        n_cut += cut
+    return Split(*parts), n_cut
+
+
+# -------------------------------------------------------------------------------------------- row kinds
+def _frozen(model: ProbeModel, split: Split, seed: int, config: ProbeConfig):
+    from seqdiff.probes.linear import Selected, fit_logistic
+
+    best = None
+    feats = _frozen_features(model, split, config)  # split -> (N, n_candidate_layers, H)
+    layers = candidate_layers(model.backbone, config.layer)
+    for i, layer in enumerate(layers):
+        result = fit_logistic({k: v[:, i] for k, v in feats.items()}, split.labels(), seed)
+        if best is None or result.val_accuracy > best.val_accuracy:
+            best = Selected(result.val_accuracy, result.test_accuracy,
+                            {"layer": "final" if layer is None else layer, **result.choice})
+    return best
+
+
+def candidate_layers(backbone: nn.Module, layer: int | str | None) -> list[int | None]:
+    """The layers a frozen probe tries: the one asked for, or with "best" the token embeddings (0), the outputs
+    of blocks 1 .. n_layers - 1 and the final output (None); validation accuracy picks among them."""
+    if layer == BEST_LAYER:
+        return [*range(backbone.config.n_layers), None]
+    return [layer]
+
+
+def _frozen_features(model: ProbeModel, split: Split, config: ProbeConfig) -> dict[str, np.ndarray]:
+    from seqdiff.probes.embeddings import BackboneEncoder, embed_sequences
+
+    best = config.layer == BEST_LAYER
+    length = max(len(s) for seqs in split.sequences().values() for s in seqs)  # the same for every seed
+    encoder = BackboneEncoder(model.backbone, model.tokenizer.complement_ids, None if best else config.layer,
+                              config.rc_average, all_layers=best, pool=config.pool, length=length)
+    # a frozen backbone embeds a sequence the same way for every seed: embed each distinct sequence once
+    cache = _EMBEDDINGS.setdefault((model.backbone, config.layer, config.rc_average, config.pool), {})
+    missing = sorted({s for seqs in split.sequences().values() for s in seqs} - cache.keys())
+    if missing:
+        vectors = embed_sequences(encoder, model.tokenizer, missing, device=config.device)
+        cache.update(zip(missing, vectors if best else vectors[:, None]))  # (n_layers + 1, H) or (1, H)
+    return {k: np.stack([cache[s] for s in seqs]) for k, seqs in split.sequences().items()}
+
+
+_EMBEDDINGS: dict[tuple, dict[str, np.ndarray]] = {}
+"""Frozen embeddings by (backbone (hashed by identity, kept alive), layer, rc_average) and sequence;
+cleared after each row."""
+
+
+def _tensors(tokenizer, split: Split, length: int | None = None) -> dict[str, tuple]:
+    from seqdiff.probes.embeddings import encode_batch
+
+    out = {}
+    for name, data in (("train", split.train), ("val", split.val), ("test", split.test)):
+        ids, mask = encode_batch(tokenizer, data.sequences, length)
+        out[name] = (ids, mask, torch.from_numpy(data.labels))
+    return out
+
+
+def _finetune(model: ProbeModel, split: Split, seed: int, config: ProbeConfig):
+    from seqdiff.probes.embeddings import BackboneEncoder
+    from seqdiff.probes.finetune import finetune
+    from seqdiff.probes.linear import Selected
+
+    encoder = BackboneEncoder(copy.deepcopy(model.backbone).train(), model.tokenizer.complement_ids,
+                              None if config.layer == BEST_LAYER else config.layer, config.rc_average)
+    n_classes = int(split.train.labels.max()) + 1
+    val, test, epoch = finetune(encoder, n_classes, _tensors(model.tokenizer, split), config.finetune, seed,
+                                accelerator=_accelerator(config.device))
+    return Selected(val, test, {"epoch": epoch + 1})
+
+
+def _kmer(model: ProbeModel | None, split: Split, seed: int, config: ProbeConfig):
+    from seqdiff.probes.linear import fit_kmer
+
+    return fit_kmer(split.sequences(), split.labels(), seed)
+
+
+def _cnn(model: ProbeModel | None, split: Split, seed: int, config: ProbeConfig):
+    from seqdiff.probes.cnn import GenomicBenchmarksCNN
+    from seqdiff.probes.finetune import finetune
+    from seqdiff.probes.linear import Selected
+    from seqdiff.tokenizers.nucleotide import NucleotideTokenizer
+
+    tokenizer = NucleotideTokenizer()
+    length = max(len(s) for seqs in split.sequences().values() for s in seqs)
+    torch.manual_seed(seed)
+    cnn = GenomicBenchmarksCNN(tokenizer.vocab_size, length)
+    n_classes = int(split.train.labels.max()) + 1
+    val, test, epoch = finetune(cnn, n_classes, _tensors(tokenizer, split, length), config.cnn, seed,
+                                accelerator=_accelerator(config.device))
+    return Selected(val, test, {"epoch": epoch + 1})
+
+
+def _accelerator(device: str) -> str:
+    return "cpu" if device == "cpu" else "gpu"
+
+
+@dataclass(frozen=True)
+class RowKind:
+    run: Callable[..., Any]
+    """(model or None, split, seed, config) -> linear.Selected"""
+    trained: bool
+    """Trained rows use `finetune_seeds`."""
+    label: str
+
+
+PROBES: dict[str, RowKind] = {
+    "frozen": RowKind(_frozen, False, "frozen probe (mean pool + logistic regression)"),
+    "finetune": RowKind(_finetune, True, "fine-tuned (backbone + linear head)"),
+    "kmer": RowKind(_kmer, False, "k-mer (k=3..6) + logistic regression"),
+    "cnn": RowKind(_cnn, True, "Genomic Benchmarks CNN"),
+}
+
+
+# ------------------------------------------------------------------------------------------------ runner
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def random_init_like(model: ProbeModel, seed: int) -> ProbeModel:
+    """The same backbone architecture with fresh random weights (seeded)."""
+    from seqdiff.backbones import build_backbone
+
+    torch.manual_seed(seed)
+    cfg = model.backbone.config
+    backbone = build_backbone(cfg, model.backbone.vocab_size, causal=model.backbone.causal).eval()
+    return dataclasses.replace(model, name=f"random init ({model.name} architecture)", backbone=backbone,
+                               method="none", step=0, path="", pretrained=False)
+
+
+def context_of(model: ProbeModel | None, bench: Benchmark) -> int:
+    if model is None:
+        return bench.max_len
+    return min(bench.max_len, int(model.backbone.config.max_seq_len))
+
+
+def run_row(kind: str, model: ProbeModel | None, bench: Benchmark, config: ProbeConfig,
+            log: Callable[[str], None] = _stderr, random_init_of: ProbeModel | None = None) -> dict[str, Any]:
+    """One row of the table: `kind` over every seed. `random_init_of`: a fresh random copy per seed."""
+    row_kind = PROBES[kind]
+    n_seeds = (config.finetune_seeds or config.seeds) if row_kind.trained else config.seeds
+    subject = random_init_like(random_init_of, RANDOM_INIT_SEED) if random_init_of is not None else model
+    context = context_of(subject, bench)
+    name = subject.name if subject is not None else row_kind.label
+    results, n_cut, start = [], 0, time.perf_counter()
+    for seed in range(n_seeds):
+        split, n_cut = seed_split(bench, seed, context)
+        this = random_init_like(random_init_of, RANDOM_INIT_SEED + seed) if random_init_of is not None else model
+        r = row_kind.run(this, split, seed, config)
+        results.append(r)
+        log(f"  {kind:<8} {name}: seed {seed} val {r.val_accuracy:.4f} test {r.test_accuracy:.4f} {r.choice}")
+    _EMBEDDINGS.clear()
+    test = np.array([r.test_accuracy for r in results])
+    row = {
+        "model": name, "probe": kind, "description": row_kind.label,
+        "method": subject.method if subject is not None else None,
+        "checkpoint": subject.path if subject is not None else None,
+        "step": subject.step if subject is not None else None,
+        "pretrained": subject.pretrained if subject is not None else None,
+        "seeds": n_seeds, "context": context, "truncated_sequences": n_cut,
+        "test_accuracy_mean": float(test.mean()), "test_accuracy_min": float(test.min()),
+        "test_accuracy_max": float(test.max()),
+        "test_accuracy": [r.test_accuracy for r in results],
+        "val_accuracy": [r.val_accuracy for r in results],
+        "selected": [r.choice for r in results],
+        "seconds": round(time.perf_counter() - start, 1),
+    }
+    if kind == "frozen":
+        row.update({"layer": config.layer, "rc_average": config.rc_average, "pool": config.pool})
+    return row
+
+
+def run_protocol(bench: Benchmark, models: list[ProbeModel], config: ProbeConfig,
+                 probes: tuple[str, ...] = ("frozen", "finetune"),
+                 baselines: tuple[str, ...] = ("random", "kmer", "cnn"),
+                 log: Callable[[str], None] = _stderr,
+                 on_row: Callable[[list[dict[str, Any]], int], None] | None = None) -> list[dict[str, Any]]:
+    """Every row: frozen probes (each model, then the random init of models[0]), the k-mer and CNN baselines,
+    then the fine-tuned rows (the costliest last). `on_row(rows so far, total)` is called after each row, so a
+    caller can write partial reports. "checkpoints" in `baselines` skips the checkpoints' own rows (they then
+    only lend their architecture to the random-init baseline)."""
+    unknown = sorted(set(probes) - {"frozen", "finetune"}) + sorted(set(baselines) - {"random", "kmer", "cnn",
+                                                                                     "checkpoints"})
+    if unknown:
+        raise ProbeError(f"unknown probe or baseline {unknown}; probes: frozen, finetune; baselines: random, kmer, cnn")
+    if "random" in baselines and not models:
+        raise ProbeError("the random-init baseline copies a checkpoint's architecture: give at least one checkpoint")
+    plan: list[tuple[str, ProbeModel | None, ProbeModel | None]] = []  # (kind, model, random init of)
+    for kind in ("frozen", "kmer", "cnn", "finetune"):
+        if kind in probes:
+            plan += [(kind, model, None) for model in models if "checkpoints" not in baselines]
+            if "random" in baselines:
+                plan.append((kind, None, models[0]))
+        elif kind in baselines:
+            plan.append((kind, None, None))
+    rows: list[dict[str, Any]] = []
+    for kind, model, random_of in plan:
+        rows.append(run_row(kind, model, bench, config, log, random_init_of=random_of))
+        if on_row is not None:
+            on_row(rows, len(plan))
+    return rows
+
+
+def load_probe_model(path: str, device: str = "cpu", use_ema: bool = True) -> ProbeModel:
+    """A checkpoint's backbone for probing; a model whose tokenizer is not nucleotide is refused."""
+    from seqdiff.checkpoint import load_checkpoint
+
+    loaded = load_checkpoint(path, device=device, use_ema=use_ema)
+    if loaded.tokenizer.kind != "nucleotide":
+        raise ProbeError(f"{path} is a {loaded.tokenizer.kind!r}-tokenizer ({loaded.method.name}) model; genomic "
+                         f"probes need a DNA model trained with the nucleotide tokenizer")
+    name = f"{loaded.method.name} ({path})"
+    return ProbeModel(name=name, backbone=loaded.backbone, tokenizer=loaded.tokenizer, method=loaded.method.name,
+                      step=loaded.step, path=str(loaded.path))

@@ -1,0 +1,156 @@
+"""Probe reports: a printed table, `NAME.json` (every number) and `NAME.md` (the table for people),
+with published numbers next to ours where we have them.
+
+Published numbers: `PUBLISHED[benchmark]` lists rows (model, mean accuracy, range, citation). It is empty
+on purpose: the Genomic Benchmarks tables of HyenaDNA (Nguyen et al. 2023), Caduceus (Schiff et al. 2024,
+Table 1, CNN / HyenaDNA / Caduceus rows, 5-seed mean with max - min) and MDLM (Sahoo et al. 2024) could not
+be checked digit by digit from this offline machine, and an unchecked number is worse than none. Add a row
+only with the paper and table it comes from; the report prints whatever is listed.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from seqdiff.evaluation.generate import write_atomically
+
+
+@dataclass(frozen=True)
+class PublishedRow:
+    model: str
+    accuracy: float
+    """Top-1 test accuracy (mean over seeds / folds), as a fraction."""
+    spread: float | None
+    """As the paper gives it (e.g. max - min over 5 seeds), or None."""
+    citation: str
+    """Paper and table."""
+
+
+PUBLISHED: dict[str, list[PublishedRow]] = {}
+
+
+def format_row(row: dict[str, Any]) -> str:
+    mean, lo, hi = row["test_accuracy_mean"], row["test_accuracy_min"], row["test_accuracy_max"]
+    return f"{100 * mean:6.2f}  [{100 * lo:6.2f}, {100 * hi:6.2f}]"
+
+
+def table_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """Markdown table: model, probe, seeds, test accuracy mean [min, max]."""
+    lines = ["| model | probe | seeds | test accuracy % (mean [min, max]) | selected on validation |",
+             "| --- | --- | --- | --- | --- |"]
+    for row in rows:
+        choices = "; ".join(", ".join(f"{k}={v}" for k, v in c.items()) for c in row["selected"])
+        lines.append(f"| {row['model']} | {row['probe']} | {row['seeds']} | {format_row(row)} | {choices} |")
+    return lines
+
+
+def published_lines(benchmark: str) -> list[str]:
+    from seqdiff.probes.genomic_benchmarks import ALIASES, DATASETS
+
+    if ALIASES.get(benchmark, benchmark) not in DATASETS:
+        return ["Published rows are kept for the Genomic Benchmarks datasets only; none for this benchmark."]
+    rows = PUBLISHED.get(benchmark, [])
+    if not rows:
+        return ["No published numbers are listed for this benchmark (see `seqdiff/probes/report.py`: numbers "
+                "are added only when checked against the paper's table)."]
+    lines = ["| model (published) | test accuracy % | spread | source |", "| --- | --- | --- | --- |"]
+    for r in rows:
+        spread = f"±{100 * r.spread:.1f}" if r.spread is not None else ""
+        lines.append(f"| {r.model} | {100 * r.accuracy:.1f} | {spread} | {r.citation} |")
+    return lines
+
+
+def goal_lines(rows: list[dict[str, Any]], finetune_target: float = 0.96) -> list[str]:
+    """The issue's goals, checked on the rows: each pretrained frozen probe against the random-init frozen probe
+    and the k-mer baseline (mean test accuracy); the best fine-tuned mean against `finetune_target`."""
+    def mean(r):
+        return r["test_accuracy_mean"]
+
+    random = next((r for r in rows if r["probe"] == "frozen" and r["pretrained"] is False), None)
+    kmer = next((r for r in rows if r["probe"] == "kmer"), None)
+    lines = []
+    for r in rows:
+        if r["probe"] != "frozen" or not r["pretrained"]:
+            continue
+        for other, what in ((random, "random-init frozen probe"), (kmer, "k-mer baseline")):
+            if other is None:
+                continue
+            verdict = "met" if mean(r) > mean(other) else "NOT met"
+            lines.append(f"{r['model']} frozen probe {100 * mean(r):.2f}% vs {what} {100 * mean(other):.2f}%: "
+                         f"beats it — {verdict}")
+    tuned = [r for r in rows if r["probe"] == "finetune" and r["pretrained"]]
+    if tuned:
+        best = max(tuned, key=mean)
+        verdict = "met" if mean(best) >= finetune_target else "NOT met"
+        lines.append(f"best fine-tuned pretrained model {best['model']}: {100 * mean(best):.2f}% vs the "
+                     f"{100 * finetune_target:.0f}% target — {verdict}")
+    return lines
+
+
+def plot_rows(path: Path, rows: list[dict[str, Any]], title: str) -> None:
+    """Horizontal bars: mean test accuracy per row, whiskers from the min to the max over seeds."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = [f"{r['model'][:48]} / {r['probe']}" for r in rows]
+    means = [100 * r["test_accuracy_mean"] for r in rows]
+    lo = [100 * (r["test_accuracy_mean"] - r["test_accuracy_min"]) for r in rows]
+    hi = [100 * (r["test_accuracy_max"] - r["test_accuracy_mean"]) for r in rows]
+    fig, ax = plt.subplots(figsize=(9, 0.45 * len(rows) + 1.2))
+    ax.barh(range(len(rows)), means, xerr=[lo, hi], color="#4c72b0", capsize=3)
+    ax.set_yticks(range(len(rows)), labels, fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlim(max(0.0, min(means) - 10), 100)
+    ax.set_xlabel("test top-1 accuracy % (mean; whiskers: min, max over seeds)")
+    ax.set_title(title)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp.png")
+    fig.savefig(tmp, dpi=110)
+    plt.close(fig)
+    tmp.replace(path)
+
+
+def write_report(out_dir: str | Path, bench, rows: list[dict[str, Any]], command: str,
+                 settings: dict[str, Any], notes: list[str] | None = None) -> tuple[Path, Path]:
+    """Write out_dir/NAME.json, NAME.md and NAME.png; returns the JSON and Markdown paths."""
+    out_dir = Path(out_dir)
+    name = bench.name
+    counts = {split: [int((data.labels == i).sum()) for i in range(len(bench.classes))]
+              for split, data in (("train", bench.train), ("test", bench.test))}
+    payload = {
+        "benchmark": name, "source": bench.source, "classes": bench.classes, "class_counts": counts,
+        "max_len": bench.max_len, "truncation": bench.truncation, "test_split": bench.test_split,
+        "protocol": "per seed: stratified 90/10 train/validation split of the training set; hyperparameters "
+                    "chosen on validation; top-1 accuracy on the test set; mean and [min, max] over seeds",
+        "command": command, "settings": settings, "rows": rows,
+        "published": [vars(r) for r in PUBLISHED.get(name, [])], "notes": notes or [],
+    }
+    json_path, md_path, png_path = out_dir / f"{name}.json", out_dir / f"{name}.md", out_dir / f"{name}.png"
+    goals = goal_lines(rows)
+    payload["goals"] = goals
+    write_atomically(json_path, json.dumps(payload, indent=2) + "\n")
+    plot_rows(png_path, rows, f"{name}: probes and baselines")
+    md = [
+        f"# Probes on {name}", "",
+        f"Produced by `{command}`", "",
+        f"- data: {bench.source}; classes {bench.classes}; train {sum(counts['train'])} "
+        f"({counts['train']}), test {sum(counts['test'])} ({counts['test']})",
+        f"- test split: {bench.test_split}",
+        f"- sequences longer than a model's context: cut to it by rule `{bench.truncation}` "
+        f"(counted per row in the JSON, `truncated_sequences`)",
+        f"- protocol: {payload['protocol']}", "",
+        *table_lines(rows), "",
+        f"![test accuracy per row]({png_path.name})", "",
+        *(["## Goals", "", *[f"- {g}" for g in goals], ""] if goals else []),
+        "## Published numbers", "", *published_lines(name), "",
+    ]
+    if notes:
+        md += ["## Notes", "", *[f"- {n}" for n in notes], ""]
+    write_atomically(md_path, "\n".join(md))
+    return json_path, md_path

@@ -1,0 +1,94 @@
+"""The DNA experiment pipeline (pipelines/dna_experiment.py) on the real chr20 slices in tests/fixtures."""
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from pipelines import dna_experiment as X
+from seqdiff.config import load_run_config
+from seqdiff.data import build_data_module
+from seqdiff.evaluation.metrics import kmer_spectrum
+from seqdiff.tokenizers import NucleotideTokenizer
+
+FIXTURES = Path(__file__).parent / "fixtures"
+STEM = "grch37_chr20_slices"
+
+
+@pytest.fixture
+def slices(tmp_path):
+    for suffix in (".fa.gz", ".fa.gz.fai", ".fa.gz.gzi", ".bed"):
+        shutil.copy(FIXTURES / f"{STEM}{suffix}", tmp_path / f"{STEM}{suffix}")
+    return tmp_path
+
+
+def overrides(d: Path, **extra):
+    base = {"model.preset": "test", "model.max_seq_len": 64, "data.seq_len": 64, "data.batch_size": 4,
+            "data.eval_batch_size": 8, "data.kind": "fasta", "data.tokenizer": "nucleotide",
+            "data.fasta": d / f"{STEM}.fa.gz", "data.split_mode": "bed", "data.bed": d / f"{STEM}.bed",
+            "train.max_steps": 2, "train.val_every": 2, "train.val_batches": 1, "train.log_every": 1,
+            "train.warmup_steps": 1, "train.progress_bar": "false"}
+    return [f"{k}={v}" for k, v in {**base, **extra}.items()]
+
+
+def test_evenly_and_shuffled():
+    assert X.evenly(10, None) == list(range(10)) and X.evenly(3, 5) == [0, 1, 2]
+    idx = X.evenly(1000, 4)
+    assert idx == [0, 333, 666, 999]
+    seqs = ["AACCGGTTAC", "GGGA"]
+    mixed = X.shuffled(seqs, seed=1)
+    assert [sorted(s) for s in mixed] == [sorted(s) for s in seqs] and mixed != seqs
+    assert torch.equal(kmer_spectrum(mixed[0], 1), kmer_spectrum(seqs[0], 1))  # composition kept
+
+
+def test_cpg_observed_expected():
+    assert X.cpg_observed_expected(["ACGT"]) == 4.0  # 1 CG x 4 bases / (1 C x 1 G)
+    assert X.cpg_observed_expected(["AC", "GT"]) == 0.0  # no dinucleotide spans two sequences
+    rng = np.random.default_rng(0)
+    iid = ["".join(rng.choice(list("ACGT"), size=5_000))]
+    assert X.cpg_observed_expected(iid) == pytest.approx(1.0, abs=0.1)  # independent bases: about 1
+    assert np.isnan(X.cpg_observed_expected(["AAAT"]))
+
+
+def test_loader_throughput_counts_every_worker_setting(slices):
+    cfg = load_run_config(None, overrides(slices))
+    dm = build_data_module(cfg.data, NucleotideTokenizer())
+    out = X.loader_throughput(dm, workers=(0, 2), batches=3, rounds=2)
+    for w in ("0", "2"):
+        rates = out["windows_per_second"][w]["rounds"]
+        assert len(rates) == 2 and all(r > 0 for r in rates)
+        assert out["first_batch_seconds"][w] > 0
+    assert out["ratio_2_over_0"]["rounds"] == pytest.approx(
+        [b / a for a, b in zip(out["windows_per_second"]["0"]["rounds"], out["windows_per_second"]["2"]["rounds"])])
+
+
+@pytest.mark.slow
+def test_pipeline_end_to_end_on_slices(slices, tmp_path, monkeypatch):
+    from seqdiff.training.run import train
+
+    runs = tmp_path / "runs"
+    for method in X.METHODS:
+        train(load_run_config(None, overrides(slices, **{"method.name": method})), runs / method)
+    out = tmp_path / "report"
+    monkeypatch.setattr(X, "MARKOV_ORDERS", (0, 2))
+    X.main(["--runs", str(runs), "--out", str(out), "--max-test-windows", "20", "--num-samples", "4",
+            "--sample-steps", "8", "--loader-batches", "2", "--loader-rounds", "1"])
+    summary = json.loads((out / "summary.json").read_text())
+    m, a = summary["models"]["mdlm"]["test"], summary["models"]["ar"]["test"]
+    assert m["bound"] and not a["bound"] and m["num_tokens"] == a["num_tokens"] > 0
+    assert summary["relative_gap"] == pytest.approx(m["bits_per_base"] / a["bits_per_base"] - 1)
+    assert summary["test_windows"]["used"] <= 20
+    assert set(summary["realism"]["sources"]) == {"MDLM", "AR", "real (valid)", "shuffled real (valid)"}
+    real = summary["realism"]["sources"]["real (valid)"]
+    shuf = summary["realism"]["sources"]["shuffled real (valid)"]
+    assert real["kmer_tv_k1"] == pytest.approx(shuf["kmer_tv_k1"])  # same composition
+    fa = (out / "samples_mdlm.fa").read_text()  # an untrained model may emit N or special tokens: ACGT-only check
+    assert fa.startswith(">sample_0") and fa.count(">sample_") == 4
+    assert 0 <= summary["models"]["mdlm"]["sampling"]["non_acgt_fraction"] <= 1
+    readme = (out / "README.md").read_text()
+    assert readme.startswith("# DNA") and "python -m pipelines.dna_experiment --runs" in readme
+    assert (out / "val_curves.png").is_file() and (out / "realism.png").is_file()
+    assert np.isfinite(summary["markov"]["order_2"])

@@ -1,0 +1,264 @@
+"""Probes on models: mean pooling over real positions, reverse-complement averaging, layer choice, k-mer
+counts, logistic-regression selection, the CNN baseline, fine-tuning, and `seqdiff probe` end to end."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import numpy as np
+import pytest
+import torch
+
+from seqdiff.backbones import build_backbone
+from seqdiff.config import ModelConfig, from_dict
+from seqdiff.probes.cnn import GenomicBenchmarksCNN, flatten_size
+from seqdiff.probes.data import ProbeError
+from seqdiff.probes.embeddings import BackboneEncoder, embed_sequences, encode_batch, masked_mean
+from seqdiff.probes.finetune import FinetuneConfig, finetune
+from seqdiff.probes.linear import C_GRID, accuracy, all_kmers, fit_logistic, kmer_counts
+from seqdiff.tokenizers import NucleotideTokenizer
+
+TOK = NucleotideTokenizer()
+
+
+def backbone(causal: bool, seed: int = 0, **overrides):
+    torch.manual_seed(seed)
+    cfg = from_dict(ModelConfig, {"preset": "test", "max_seq_len": 64, **overrides})
+    return build_backbone(cfg, TOK.vocab_size, causal=causal).eval()
+
+
+def toy_sequences(n: int, length: int, seed: int) -> tuple[list[str], np.ndarray]:
+    """Class 0 is AT-rich, class 1 GC-rich: separable from base composition alone."""
+    rng = np.random.default_rng(seed)
+    labels = np.arange(n) % 2
+    probs = {0: [0.4, 0.1, 0.1, 0.4], 1: [0.1, 0.4, 0.4, 0.1]}
+    seqs = ["".join(rng.choice(list("ACGT"), size=length, p=probs[int(y)])) for y in labels]
+    return seqs, labels
+
+
+def test_masked_mean_brute_force():
+    h = torch.randn(2, 5, 3)
+    mask = torch.tensor([[1, 1, 0, 0, 0], [1, 1, 1, 1, 1]], dtype=torch.bool)
+    out = masked_mean(h, mask)
+    torch.testing.assert_close(out[0], h[0, :2].mean(0))
+    torch.testing.assert_close(out[1], h[1].mean(0))
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_embedding_ignores_padding_and_batch_company(causal):
+    """A sequence's embedding alone equals its embedding padded next to a longer one."""
+    enc = BackboneEncoder(backbone(causal), TOK.complement_ids)
+    short, long = "ACGTTGCA", "GGGCCCAAATTTACGTACGT"
+    alone = embed_sequences(enc, TOK, [short])[0]
+    batched = embed_sequences(enc, TOK, [long, short], batch_size=2)
+    np.testing.assert_allclose(batched[1], alone, atol=1e-5, rtol=1e-5)
+    # brute force: the mean of the hidden states of the unpadded sequence
+    ids, _ = encode_batch(TOK, [short])
+    with torch.no_grad():
+        want = enc.backbone.hidden_states(ids)[0].mean(0).numpy()
+    np.testing.assert_allclose(alone, want, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_reverse_complement_average_is_strand_symmetric(causal):
+    enc = BackboneEncoder(backbone(causal), TOK.complement_ids, rc_average=True)
+    seq = "AACGTTTGCAGGCA"
+    rc = "".join({"A": "T", "C": "G", "G": "C", "T": "A"}[b] for b in reversed(seq))
+    out = embed_sequences(enc, TOK, [seq, rc, "ACG" + seq], batch_size=3)  # padded: RC puts padding left
+    np.testing.assert_allclose(out[0], out[1], atol=1e-5, rtol=1e-5)
+    plain = embed_sequences(BackboneEncoder(enc.backbone, TOK.complement_ids), TOK, [seq, rc])
+    assert not np.allclose(plain[0], plain[1], atol=1e-4)  # without averaging the strands differ
+    np.testing.assert_allclose(out[0], plain.mean(0), atol=1e-5, rtol=1e-5)
+
+
+def test_layer_choice_and_time_conditioned_backbone():
+    model = backbone(False, time_conditioning=True)
+    seqs = ["ACGTACGTAA", "GGCC"]
+    first = embed_sequences(BackboneEncoder(model, TOK.complement_ids, layer=0), TOK, seqs)
+    ids, _ = encode_batch(TOK, ["GGCC"])
+    np.testing.assert_allclose(first[1], model.embed(ids)[0].mean(0).detach().numpy(), atol=1e-6)  # embeddings
+    final = embed_sequences(BackboneEncoder(model, TOK.complement_ids), TOK, seqs)  # read at noise level 0
+    assert final.shape == first.shape == (2, 32) and not np.allclose(final, first)
+
+
+def test_kmer_counts_brute_force():
+    seqs = ["ACGTNACGTAC", "AC", "acgt"]
+    for k in (1, 2, 3):
+        counts = kmer_counts(seqs, k)
+        names = all_kmers(k)
+        for row, seq in zip(counts, seqs):
+            seq = seq.upper()
+            windows = [seq[i:i + k] for i in range(len(seq) - k + 1) if "N" not in seq[i:i + k]]
+            want = Counter(windows)
+            expected = np.array([want[m] / max(1, len(windows)) for m in names])
+            np.testing.assert_allclose(row, expected, atol=1e-7)
+
+
+def test_logistic_regression_keeps_the_c_best_on_validation():
+    rng = np.random.default_rng(0)
+    X = {s: rng.normal(size=(n, 5)) for s, n in (("train", 60), ("val", 40), ("test", 40))}
+    y = {s: (X[s][:, 0] + 0.8 * rng.normal(size=len(X[s])) > 0).astype(int) for s in X}
+    picked = fit_logistic(X, y, seed=0)
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    vals = []
+    for c in C_GRID:  # independent re-fit of every C
+        m = make_pipeline(StandardScaler(), LogisticRegression(C=c, max_iter=2000, random_state=0)).fit(X["train"],
+                                                                                                       y["train"])
+        vals.append(accuracy(m.predict(X["val"]), y["val"]))
+    assert picked.choice["C"] == C_GRID[int(np.argmax(vals))] and picked.val_accuracy == max(vals)
+
+
+def test_cnn_flatten_size_matches_the_layers():
+    for length in (57, 60, 200, 251):
+        cnn = GenomicBenchmarksCNN(TOK.vocab_size, length)
+        x = torch.zeros(2, length, dtype=torch.long)
+        assert cnn.conv(cnn.embed(x).transpose(1, 2)).shape == (2, flatten_size(length))
+        assert cnn(x).shape == (2, 512)
+    with pytest.raises(ValueError, match="too short"):
+        flatten_size(56)
+
+
+def test_finetune_learns_a_separable_task_and_keeps_the_best_epoch():
+    seqs, labels = toy_sequences(96, 16, seed=0)
+    ids, mask = encode_batch(TOK, seqs)
+    y = torch.from_numpy(labels)
+    data = {"train": (ids[:64], mask[:64], y[:64]), "val": (ids[64:80], mask[64:80], y[64:80]),
+            "test": (ids[80:], mask[80:], y[80:])}
+    enc = BackboneEncoder(backbone(False), TOK.complement_ids).train()
+    val, test, epoch = finetune(enc, 2, data, FinetuneConfig(epochs=3, lr=3e-3, batch_size=16), seed=0)
+    assert val >= 0.9 and test >= 0.8 and 0 <= epoch < 3
+
+
+# ------------------------------------------------------------------------------------------- CLI
+@pytest.fixture(scope="module")
+def dna_run(tmp_path_factory):
+    from seqdiff.cli import main
+
+    root = tmp_path_factory.mktemp("dna")
+    fixture = "tests/fixtures/grch37_chr20_slices.fa"
+    import shutil
+
+    fa = root / "slices.fa"
+    shutil.copy(fixture, fa)
+    assert main(["train", "--run-dir", str(root / "mdlm"), "model.preset=test", "model.max_seq_len=64",
+                 "data.kind=fasta", "data.tokenizer=nucleotide", f"data.fasta={fa}", "data.split_mode=bed",
+                 "data.bed=tests/fixtures/grch37_chr20_slices.bed", "data.seq_len=64", "data.batch_size=4",
+                 "train.max_steps=2", "train.val_every=2", "train.val_batches=1", "train.progress_bar=false"]) == 0
+    return root
+
+
+def test_probe_command_end_to_end(dna_run, tmp_path, capsys):
+    from seqdiff.cli import main
+
+    seqs, labels = toy_sequences(80, 70, seed=1)  # longer than the model's 64-base context: cut, counted
+    table = tmp_path / "toy.csv"
+    table.write_text("sequence,label\n" + "".join(f"{s},{'gc' if y else 'at'}\n" for s, y in zip(seqs, labels)))
+    out = tmp_path / "reports"
+    assert main(["probe", str(dna_run / "mdlm"), "--benchmark", str(table), "--seeds", "2", "--finetune-seeds", "1",
+                 "--epochs", "1", "--cnn-epochs", "1", "--layer", "best", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    report = json.loads((out / "toy.json").read_text())
+    kinds = [(r["probe"], r["pretrained"]) for r in report["rows"]]
+    assert kinds == [("frozen", True), ("frozen", False), ("kmer", None), ("cnn", None), ("finetune", True),
+                     ("finetune", False)]  # the costliest rows last
+    frozen = report["rows"][0]
+    assert frozen["seeds"] == 2 and len(frozen["test_accuracy"]) == 2 and report["rows"][4]["seeds"] == 1
+    assert frozen["context"] == 64 and frozen["truncated_sequences"] == 80  # every sequence (70 > 64)
+    assert frozen["test_accuracy_min"] <= frozen["test_accuracy_mean"] <= frozen["test_accuracy_max"]
+    assert all(choice["layer"] in (0, 1, "final") for choice in frozen["selected"])  # test preset: 2 layers
+    assert report["rows"][2]["test_accuracy_mean"] > 0.9  # k-mer counts see GC content directly
+    assert report["notes"] == []  # complete: no PARTIAL note
+    md = (out / "toy.md").read_text()
+    assert md.startswith("# Probes on toy") and "seqdiff probe " in md and "| k-mer" in md
+    assert "test accuracy % mean" in printed
+    assert (out / "toy.png").stat().st_size > 1000 and len(report["goals"]) == 3
+
+
+def test_goal_lines_compare_means():
+    from seqdiff.probes.report import goal_lines
+
+    def row(model, probe, pretrained, mean):
+        return {"model": model, "probe": probe, "pretrained": pretrained, "test_accuracy_mean": mean}
+
+    rows = [row("mdlm", "frozen", True, 0.90), row("mdlm", "finetune", True, 0.961), row("ar", "finetune", True, 0.5),
+            row("random", "frozen", False, 0.92), row("k-mer", "kmer", None, 0.70)]
+    goals = goal_lines(rows)
+    assert goals[0].endswith("NOT met") and "random-init" in goals[0]  # 90 < 92
+    assert goals[1].endswith("— met") and "k-mer" in goals[1]
+    assert "mdlm: 96.10%" in goals[2] and goals[2].endswith("— met")
+
+
+def test_probe_command_refuses_text_models_and_bad_names(tmp_path, capsys):
+    from seqdiff.cli import main
+
+    run = tmp_path / "text"
+    fixture = "tests/fixtures/shakespeare_tiny.txt"
+    assert main(["train", "--run-dir", str(run), "model.preset=test", "model.max_seq_len=64", "data.seq_len=32",
+                 "data.batch_size=4", f"data.train_file={fixture}", f"data.valid_file={fixture}",
+                 f"data.test_file={fixture}", "train.max_steps=1", "train.val_every=1", "train.val_batches=1",
+                 "train.progress_bar=false"]) == 0
+    capsys.readouterr()
+    assert main(["probe", str(run), "--benchmark", "splice"]) == 2
+    err = capsys.readouterr().err
+    assert "'char'-tokenizer" in err and "need a DNA model" in err and err.count("\n") == 1
+    assert main(["probe", "--benchmark", "no_such_benchmark"]) == 2
+    assert "unknown benchmark 'no_such_benchmark'" in capsys.readouterr().err
+    with pytest.raises(ProbeError, match="random-init baseline copies a checkpoint"):
+        from seqdiff.probes.protocol import ProbeConfig, run_protocol
+
+        run_protocol(None, [], ProbeConfig(), baselines=("random",))
+
+
+def test_published_rows_are_printed_only_where_listed(monkeypatch):
+    from seqdiff.probes import report
+
+    assert "Genomic Benchmarks datasets only" in report.published_lines("splice")[0]
+    assert "No published numbers" in report.published_lines("human_nontata_promoters")[0]
+    row = report.PublishedRow("Some model", 0.9123, 0.004, "Paper 2024, Table 9")
+    monkeypatch.setitem(report.PUBLISHED, "human_nontata_promoters", [row])
+    lines = report.published_lines("human_nontata_promoters")
+    assert lines[-1] == "| Some model | 91.2 | ±0.4 | Paper 2024, Table 9 |"
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_all_layers_in_one_pass_match_layer_by_layer(causal):
+    model = backbone(causal, n_layers=3)
+    seqs = ["ACGTACGTAA", "GGCCA", "TTTTGCA"]
+    both = embed_sequences(BackboneEncoder(model, TOK.complement_ids, all_layers=True, rc_average=True), TOK, seqs)
+    assert both.shape == (3, 4, 32)
+    for i, layer in enumerate([0, 1, 2, None]):
+        one = embed_sequences(BackboneEncoder(model, TOK.complement_ids, layer=layer, rc_average=True), TOK, seqs)
+        np.testing.assert_allclose(both[:, i], one, atol=1e-5, rtol=1e-5)
+
+
+def test_flatten_pooling_keeps_positions_and_zeroes_padding():
+    model = backbone(False)
+    seqs = ["ACGTAC", "GGC"]
+    enc = BackboneEncoder(model, TOK.complement_ids, pool="flatten", length=8)
+    out = embed_sequences(enc, TOK, seqs)
+    assert out.shape == (2, 8 * 32) and enc.out_features == 8 * 32
+    ids, mask = encode_batch(TOK, seqs, 8)
+    with torch.no_grad():
+        hidden = model.hidden_states(ids, attention_mask=mask)  # (2, 8, 32)
+    np.testing.assert_allclose(out.reshape(2, 8, 32)[0, :6], hidden[0, :6].numpy(), atol=1e-5, rtol=1e-5)
+    assert not out.reshape(2, 8, 32)[1, 3:].any()  # padding positions are zero
+    with pytest.raises(ProbeError, match="needs the padded length"):
+        BackboneEncoder(model, TOK.complement_ids, pool="flatten")
+    with pytest.raises(ProbeError, match="pooling 'max' is unknown"):
+        BackboneEncoder(model, TOK.complement_ids, pool="max")
+
+
+def test_skip_checkpoints_keeps_only_the_random_init_rows(dna_run, tmp_path):
+    from seqdiff.cli import main
+
+    seqs, labels = toy_sequences(40, 20, seed=2)
+    table = tmp_path / "toy2.tsv"
+    table.write_text("seq\tlabel\n" + "".join(f"{s}\t{y}\n" for s, y in zip(seqs, labels)))
+    assert main(["probe", str(dna_run / "mdlm"), "--benchmark", str(table), "--seeds", "1", "--skip", "finetune",
+                 "kmer", "cnn", "checkpoints", "--pool", "flatten", "--out", str(tmp_path)]) == 0
+    rows = json.loads((tmp_path / "toy2.json").read_text())["rows"]
+    assert [(r["probe"], r["pretrained"], r["pool"]) for r in rows] == [("frozen", False, "flatten")]
