@@ -42,7 +42,7 @@ from seqdiff.config import RunConfig, load_run_config
 from seqdiff.data.datasets import get_dataset
 from seqdiff.data.fetch import source_path
 from seqdiff.data.text import tokenize_file
-from seqdiff.evaluation.generate import generate, write_atomically
+from seqdiff.evaluation.generate import generate, save_figure_atomically, write_atomically
 from seqdiff.evaluation.likelihood import evaluate_tokens
 from seqdiff.evaluation.metrics import diversity_metrics
 from seqdiff.evaluation.probe import logistic_probe, mean_pooled_features
@@ -199,10 +199,7 @@ def _loss_curves(run_dir: Path, out: Path, before_val: float | None) -> None:
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    tmp = out.with_name(out.name + ".tmp.png")
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    tmp.replace(out)
+    save_figure_atomically(fig, out)
 
 
 def _markdown(r: dict) -> str:

@@ -207,3 +207,16 @@ def write_atomically(path: str | Path, text: str) -> Path:
     tmp.write_text(text)
     os.replace(tmp, path)
     return path
+
+
+def save_figure_atomically(fig, path: str | Path, dpi: int = 110) -> Path:
+    """Save a matplotlib figure (PNG) by write-then-rename and close it: reports never hold half a plot."""
+    import matplotlib.pyplot as plt
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp.png")
+    fig.savefig(tmp, dpi=dpi)
+    plt.close(fig)
+    os.replace(tmp, path)
+    return path
