@@ -352,8 +352,11 @@ def realism_verdict(sources: dict[str, dict[str, float]]) -> str:
         m = sources[name]
         floor = [k for k in range(1, 7) if m[f"kmer_tv_k{k}"] <= real[f"kmer_tv_k{k}"] * 1.1]
         beats = [k for k in range(2, 7) if m[f"kmer_tv_k{k}"] < shuf[f"kmer_tv_k{k}"]]
-        parts.append(f"{name}: within 10% of the real-sequence floor for k = {floor or 'none'}; closer than shuffled "
-                     f"sequence for k = {beats or 'none'}; CpG obs/exp {m['cpg_obs_exp']:.3f} (real "
+        def ks(values):
+            return ", ".join(map(str, values)) or "none"
+
+        parts.append(f"{name}: within 10% of the real-sequence floor for k = {ks(floor)}; closer than shuffled "
+                     f"sequence for k = {ks(beats)}; CpG obs/exp {m['cpg_obs_exp']:.3f} (real "
                      f"{real['cpg_obs_exp']:.3f}, shuffled {shuf['cpg_obs_exp']:.3f}).")
     return " ".join(parts)
 
