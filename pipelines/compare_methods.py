@@ -43,7 +43,7 @@ from seqdiff.checkpoint import load_checkpoint
 from seqdiff.config import ConfigError, RunConfig, SampleConfig, from_dict, load_run_config, to_dict
 from seqdiff.data.text import split_path, tokenize_file
 from seqdiff.data.text_files import read_text_file
-from seqdiff.evaluation.generate import generate, write_atomically
+from seqdiff.evaluation.generate import generate, save_figure_atomically, write_atomically
 from seqdiff.evaluation.likelihood import evaluate_tokens
 from seqdiff.samplers import DEFAULT_SAMPLER
 
@@ -201,10 +201,7 @@ def plot_curves(run_dirs: dict[str, Path], out: Path, title: str) -> None:
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    tmp = out.with_name(out.name + ".tmp.png")
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    tmp.replace(out)
+    save_figure_atomically(fig, out)
 
 
 def run(opts: Options, command: str) -> dict[str, Any] | None:

@@ -24,7 +24,7 @@ from seqdiff.checkpoint import load_checkpoint, read_checkpoint
 from seqdiff.config import DataConfig, MethodConfig, ModelConfig, RunConfig, SampleConfig, TrainConfig
 from seqdiff.data.text import split_path, tokenize_file
 from seqdiff.data.text_files import load_manifest
-from seqdiff.evaluation.generate import generate, write_atomically
+from seqdiff.evaluation.generate import generate, save_figure_atomically, write_atomically
 from seqdiff.evaluation.likelihood import evaluate_tokens
 from seqdiff.training.run import LAST_CHECKPOINT, train
 
@@ -83,10 +83,7 @@ def _loss_curves(run_dirs: dict[str, Path], out: Path) -> None:
         ax.grid(alpha=0.3)
         ax.legend()
     fig.tight_layout()
-    tmp = out.with_name(out.name + ".tmp.png")
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    tmp.replace(out)
+    save_figure_atomically(fig, out)
 
 
 def run_quickstart(out_dir: str | Path = "reports/quickstart", run_root: str | Path = "runs/quickstart",

@@ -197,6 +197,9 @@ def cmd_sample(args: argparse.Namespace) -> int:
     n_tok = sum(len(t) for t in gen.tokens)
     print(f"{len(gen.tokens)} samples, {n_tok / gen.seconds:.1f} tokens/s, {gen.denoiser_calls} denoiser calls "
           f"({gen.sampler} sampler)", file=sys.stderr)
+    if gen.stats:
+        print("sampler: " + ", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
+                                      for k, v in gen.stats.items()), file=sys.stderr)
     return 0
 
 
@@ -241,18 +244,24 @@ def cmd_probe(args: argparse.Namespace) -> int:
     bench = load_benchmark(args.benchmark, data_dir=args.data_dir, test_file=args.test_file)
     models = [load_probe_model(path, device=args.device, use_ema=not args.no_ema) for path in args.checkpoints]
     config = ProbeConfig(seeds=args.seeds, finetune_seeds=args.finetune_seeds, layer=args.layer,
-                         rc_average=args.rc_average, device=args.device)
+                         rc_average=args.rc_average, pool=args.pool, device=args.device)
     config.finetune.epochs, config.finetune.lr = args.epochs, args.lr
     config.cnn.epochs = args.cnn_epochs
     probes = tuple(p for p in ("frozen", "finetune") if p not in args.skip)
     baselines = tuple(b for b in ("random", "kmer", "cnn") if b not in args.skip and (b != "random" or models))
+    baselines += ("checkpoints",) if "checkpoints" in args.skip else ()
     print(f"{bench.name}: {len(bench.train)} train, {len(bench.test)} test, classes {bench.classes}", file=sys.stderr)
-    rows = run_protocol(bench, models, config, probes=probes, baselines=baselines)
     settings = {"seeds": args.seeds, "finetune_seeds": args.finetune_seeds or args.seeds, "layer": args.layer,
-                "rc_average": args.rc_average, "finetune": vars(config.finetune), "cnn": vars(config.cnn),
-                "ema_weights": not args.no_ema}
+                "rc_average": args.rc_average, "pool": args.pool, "finetune": vars(config.finetune),
+                "cnn": vars(config.cnn), "ema_weights": not args.no_ema}
     command = "seqdiff " + shlex.join(args.argv)
-    json_path, md_path = write_report(args.out, bench, rows, command, settings)
+
+    def partial(rows, total):  # the report is rewritten after every row; an interrupted run leaves what it did
+        notes = [] if len(rows) == total else [f"PARTIAL: {len(rows)} of {total} rows done (run interrupted?)"]
+        return write_report(args.out, bench, rows, command, settings, notes=notes)
+
+    rows = run_protocol(bench, models, config, probes=probes, baselines=baselines, on_row=partial)
+    json_path, md_path = partial(rows, len(rows))
     width = max(len(r["model"]) for r in rows)
     print(f"{'model':<{width}}  {'probe':<8}  test accuracy % mean [min, max] over seeds")
     for row in rows:
@@ -428,8 +437,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="layer for the frozen probe: 0 (embeddings) .. n_layers, or 'best' (chosen on validation); "
                         "default: the final output")
     p.add_argument("--rc-average", action="store_true", help="average embeddings with the reverse complement's")
-    p.add_argument("--skip", nargs="*", default=[], choices=["frozen", "finetune", "random", "kmer", "cnn"],
-                   help="rows to leave out")
+    p.add_argument("--pool", choices=["mean", "flatten"], default="mean",
+                   help="frozen probe: mean over real positions, or every position's state side by side")
+    p.add_argument("--skip", nargs="*", default=[],
+                   choices=["frozen", "finetune", "random", "kmer", "cnn", "checkpoints"],
+                   help="rows to leave out (checkpoints: the checkpoints' own rows; they still give the random-init "
+                        "baseline its architecture)")
     p.add_argument("--out", default="reports/probes", help="report folder (writes NAME.json and NAME.md)")
     p.add_argument("--device", default="cpu", help="cpu, cuda, ...")
     p.add_argument("--no-ema", action="store_true", help="use the raw weights instead of the EMA weights")

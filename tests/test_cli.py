@@ -149,9 +149,10 @@ def test_edlm_commands_end_to_end(run_dirs, tmp_path, capsys):
     """`seqdiff edlm eval / train-nce` and `seqdiff sample --sampler edlm` (EDLM, seqdiff.edlm) on the tiny runs."""
     mdlm, ar = str(run_dirs["mdlm"]), str(run_dirs["ar"])
     out = tmp_path / "coar.json"
-    assert main(["edlm", "eval", mdlm, "--energy", f"coar:{ar}", "--out", str(out), "--batch-size", "8"]) == 0
+    assert main(["edlm", "eval", mdlm, "--energy", f"coar:{ar}", "--out", str(out), "--batch-size", "8",
+                 "--form", "sequence"]) == 0
     report = json.loads(out.read_text())
-    assert report["method"] == "edlm-coar" and report["bound"] and report["num_partition_samples"] is None
+    assert report["method"] == "edlm-coar" and report["form"] == "sequence" and not report["bound"]
     energy = tmp_path / "e.pt"
     assert main(["edlm", "train-nce", mdlm, "--out", str(energy), "--steps", "2", "--batch-size", "2"]) == 0
     out = tmp_path / "nce.json"

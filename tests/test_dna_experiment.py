@@ -44,6 +44,15 @@ def test_evenly_and_shuffled():
     assert torch.equal(kmer_spectrum(mixed[0], 1), kmer_spectrum(seqs[0], 1))  # composition kept
 
 
+def test_cpg_observed_expected():
+    assert X.cpg_observed_expected(["ACGT"]) == 4.0  # 1 CG x 4 bases / (1 C x 1 G)
+    assert X.cpg_observed_expected(["AC", "GT"]) == 0.0  # no dinucleotide spans two sequences
+    rng = np.random.default_rng(0)
+    iid = ["".join(rng.choice(list("ACGT"), size=5_000))]
+    assert X.cpg_observed_expected(iid) == pytest.approx(1.0, abs=0.1)  # independent bases: about 1
+    assert np.isnan(X.cpg_observed_expected(["AAAT"]))
+
+
 def test_loader_throughput_counts_every_worker_setting(slices):
     cfg = load_run_config(None, overrides(slices))
     dm = build_data_module(cfg.data, NucleotideTokenizer())

@@ -138,7 +138,7 @@ def _tiny_mdlm_net(seed=0):
 def test_zero_energy_bound_equals_mdlm_nelbo_draw_for_draw():
     method, net = _mdlm(), _tiny_mdlm_net()
     x0 = torch.randint(0, 3, (16, L), generator=torch.Generator().manual_seed(0))
-    bound = EDLMBound(method, CountEnergy(scale=0.0), num_partition_samples=4)
+    bound = EDLMBound(method, CountEnergy(scale=0.0), num_partition_samples=4, form="sequence")
     a = bound.loss(net, Batch(x0), torch.Generator().manual_seed(5))
     b = method.loss(net, Batch(x0), torch.Generator().manual_seed(5))
     torch.testing.assert_close(a.nll_sum, b.nll_sum, rtol=1e-5, atol=1e-5)
@@ -169,7 +169,7 @@ def test_coar_bound_equals_enumeration_and_tracks_ar():
     exact, ar_nll = _enumerated_coar_bound(method, joint, x0, T)
     eps = 1e-3  # log-linear: alpha(0) - alpha(1) = 1 - eps
     assert exact == pytest.approx((1 - eps) * ar_nll, rel=1e-9)
-    bound = EDLMBound(method, CarryOverAREnergy(ar_model(joint, L), TOK.vocab_size, MASK))
+    bound = EDLMBound(method, CarryOverAREnergy(ar_model(joint, L), TOK.vocab_size, MASK), form="sequence")
     N = 20_000
     terms = bound.per_sequence(net, Batch(x0.expand(N, L)), torch.Generator().manual_seed(0))["bound"]
     se = float(terms.std()) / N**0.5
@@ -185,7 +185,8 @@ def test_ar_energy_log_partition_estimate_approaches_enumeration():
     method = _mdlm()
     net = JointOracle(_dirichlet(0.8, torch.Generator().manual_seed(2)), L, 3, TOK.vocab_size, MASK)
     joint = _dirichlet(0.7, torch.Generator().manual_seed(9))
-    bound = EDLMBound(method, AREnergy(ar_model(joint, L), TOK.vocab_size, MASK), num_partition_samples=32)
+    bound = EDLMBound(method, AREnergy(ar_model(joint, L), TOK.vocab_size, MASK), num_partition_samples=32,
+                      form="sequence")
     N = 1000
     x0 = torch.tensor([[1, 2, 0]]).expand(N, L)
     terms = bound.per_sequence(net, Batch(x0), torch.Generator().manual_seed(1))
@@ -247,3 +248,68 @@ def test_nce_training_separates_data_from_mu(tmp_path):
     assert log[-1]["loss"] < 2 * math.log(2) - 0.3, log
     assert log[-1]["accuracy"] > 0.8, log
     assert (tmp_path / "nce.pt").is_file()
+
+
+# ------------------------------------------------------------------------------------------ marginal form
+def _edlm_marginals(mu_probs, energy, xt):
+    """Exact per-position marginals p_l(v | x_t) of mu exp(-E) / Z by enumerating the completions of x_t."""
+    comp = _completions(xt)  # (C, L)
+    xt_rep = xt.expand_as(comp)
+    log_mu = masked_log_mu(mu_probs.expand(len(comp), -1, -1), comp, xt_rep, MASK)
+    p = (log_mu - energy(comp, xt_rep, log_mu)).exp()
+    p = p / p.sum()
+    return torch.stack([torch.stack([p[comp[:, pos] == v].sum() for v in range(3)]) for pos in range(L)])  # (L, 3)
+
+
+def test_marginal_form_estimates_the_enumerated_marginal_nll():
+    """For a fixed x_t, the estimate of sum over masked l of -log p_l(x0^l | x_t) averages to the enumerated
+    value, from above (the -log Z_l and log Z estimates are both biased high)."""
+    method = _mdlm()
+    mu_net = JointOracle(_dirichlet(0.8, torch.Generator().manual_seed(2)), L, 3, TOK.vocab_size, MASK)
+    joint = _dirichlet(0.6, torch.Generator().manual_seed(5))
+    energy = AREnergy(ar_model(joint, L), TOK.vocab_size, MASK)
+    x0 = torch.tensor([2, 0, 1])
+    for xt in (torch.tensor([MASK, 0, MASK]), torch.tensor([MASK, MASK, MASK])):
+        probs = torch.softmax(mu_net(xt[None]).double(), -1)
+        marg = _edlm_marginals(probs[0], energy, xt)
+        exact = float(sum(-marg[pos, x0[pos]].log().detach() for pos in range(L) if xt[pos] == MASK))
+        for n, N, tol in ((64, 1000, 0.08), (4, 2000, math.inf)):  # tol: room for the upward estimator bias
+            bound = EDLMBound(method, energy, num_partition_samples=n)
+            est = bound.marginal_nll(probs.expand(N, -1, -1), x0.expand(N, L), xt.expand(N, L),
+                                     torch.Generator().manual_seed(n))["nll"]
+            mean, se = float(est.mean()), float(est.std()) / N**0.5
+            assert mean > exact - 4 * se, (n, mean, exact, se)
+            assert mean < exact + tol + 4 * se, (n, mean, exact, se)
+
+
+def test_marginal_form_of_the_exact_model_is_its_nll_and_the_sequence_form_undershoots():
+    """With the AR energy, the EDLM step is the AR model restricted to completions of x_t; the continuous-time
+    marginal bound, enumerated over mask sets (weight int_0^1 t^(m-1) (1-t)^(L-m) dt for m masked), is then
+    exactly the AR NLL for every x0, while the paper's sequence form lies below it on average over the data
+    (so it is no upper bound)."""
+    joint = _dirichlet(0.4, torch.Generator().manual_seed(11))
+    energy = AREnergy(ar_model(joint, L), TOK.vocab_size, MASK)
+    uniform = torch.full((L, TOK.vocab_size), 1e-30, dtype=torch.float64)
+    uniform[:, :3] = 1 / 3  # any mu with full support: the AR energy cancels it
+    expected_sequence, entropy = 0.0, 0.0
+    for x0 in states(L):
+        marginal_bound = sequence_bound = 0.0
+        for pattern in itertools.product([0, 1], repeat=L):
+            m = torch.tensor(pattern, dtype=torch.bool)
+            k = int(m.sum())
+            if k == 0:
+                continue
+            beta = math.gamma(k) * math.gamma(L - k + 1) / math.gamma(L + 1)  # int t^(k-1) (1-t)^(L-k) dt
+            xt = torch.where(m, MASK, x0)
+            marg = _edlm_marginals(uniform, energy, xt)
+            marginal_bound += beta * float(sum(-marg[pos, x0[pos]].log().detach() for pos in range(L) if m[pos]))
+            comp = _completions(xt)
+            p_block = ar_log_prob(joint, x0).exp() / ar_log_prob(joint, comp).exp().sum()
+            sequence_bound += beta * float(-p_block.log().detach())
+        nll = float(-ar_log_prob(joint, x0))
+        assert marginal_bound == pytest.approx(nll, rel=1e-6)  # the toy AR runs in float32
+        p = math.exp(-nll)
+        expected_sequence += p * sequence_bound
+        entropy += p * nll
+    # on average over the data (pointwise it can go either way): subadditivity of entropy
+    assert expected_sequence < entropy - 0.1, (expected_sequence, entropy)

@@ -26,6 +26,7 @@ def test_batch_equals_rows_one_at_a_time():
     assert torch.equal(batch, rows)
     assert not (batch == MASK).any()
     assert len(sampler.ess) > 0 and all(1.0 <= e <= 3.0 + 1e-9 for _, e in sampler.ess)
+    assert 1.0 <= sampler.stats()["mean_effective_sample_size"] <= 3.0
     again = sampler.generate(5, 6, torch.Generator().manual_seed(4)).tokens
     assert not torch.equal(batch, again)  # the seed matters
 

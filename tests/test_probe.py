@@ -1,5 +1,9 @@
 """Frozen-embedding probes and the BERT-init pipeline's pieces: pooling, the probe, passages, the bootstrap."""
 
+import json
+import os
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -72,3 +76,24 @@ def test_paired_bootstrap_and_verdict():
 def test_genre_lists_name_shakespeare_files_once():
     plays = [p for group in SHAKESPEARE_GENRES.values() for p in group]
     assert len(plays) == len(set(plays)) == 34
+
+
+MINILM = Path(os.environ.get("SEQDIFF_DATA", Path.home() / ".cache" / "seqdiff" / "data"))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not all((MINILM / s).is_dir() for s in ("bert-vocab", "austen", "shakespeare")),
+                    reason="needs the bert-vocab, austen and shakespeare data sources (seqdiff data fetch ...)")
+def test_bert_init_pipeline_end_to_end(tmp_path):
+    from pipelines.bert_init import main
+
+    argv = ["--run-dir", str(tmp_path / "run"), "--out", str(tmp_path / "report"), "--max-steps", "2",
+            "--batch-size", "4", "--seq-len", "32", "--eval-blocks", "2", "--t-samples", "1", "--austen-passages",
+            "10", "--shakespeare-passages", "3", "--num-samples", "2"]
+    assert main(argv) == 0
+    result = json.loads((tmp_path / "report" / "results.json").read_text())
+    assert result["after"]["step"] == 2 and result["before"]["step"] == 0
+    assert set(result["probes"]) == {"austen-novel", "shakespeare-genre"}
+    assert result["config"]["model"]["n_layers"] == 6 and result["config"]["model"]["activation"] == "gelu"
+    readme = (tmp_path / "report" / "README.md").read_text()
+    assert result["command"] in readme and (tmp_path / "report" / "loss_curves.png").is_file()

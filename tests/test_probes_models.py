@@ -163,14 +163,15 @@ def test_probe_command_end_to_end(dna_run, tmp_path, capsys):
     printed = capsys.readouterr().out
     report = json.loads((out / "toy.json").read_text())
     kinds = [(r["probe"], r["pretrained"]) for r in report["rows"]]
-    assert kinds == [("frozen", True), ("finetune", True), ("frozen", False), ("finetune", False),
-                     ("kmer", None), ("cnn", None)]
+    assert kinds == [("frozen", True), ("frozen", False), ("kmer", None), ("cnn", None), ("finetune", True),
+                     ("finetune", False)]  # the costliest rows last
     frozen = report["rows"][0]
-    assert frozen["seeds"] == 2 and len(frozen["test_accuracy"]) == 2 and report["rows"][1]["seeds"] == 1
+    assert frozen["seeds"] == 2 and len(frozen["test_accuracy"]) == 2 and report["rows"][4]["seeds"] == 1
     assert frozen["context"] == 64 and frozen["truncated_sequences"] == 80  # every sequence (70 > 64)
     assert frozen["test_accuracy_min"] <= frozen["test_accuracy_mean"] <= frozen["test_accuracy_max"]
     assert all(choice["layer"] in (0, 1, "final") for choice in frozen["selected"])  # test preset: 2 layers
-    assert report["rows"][4]["test_accuracy_mean"] > 0.9  # k-mer counts see GC content directly
+    assert report["rows"][2]["test_accuracy_mean"] > 0.9  # k-mer counts see GC content directly
+    assert report["notes"] == []  # complete: no PARTIAL note
     md = (out / "toy.md").read_text()
     assert md.startswith("# Probes on toy") and "seqdiff probe " in md and "| k-mer" in md
     assert "test accuracy % mean" in printed
@@ -210,3 +211,54 @@ def test_probe_command_refuses_text_models_and_bad_names(tmp_path, capsys):
         from seqdiff.probes.protocol import ProbeConfig, run_protocol
 
         run_protocol(None, [], ProbeConfig(), baselines=("random",))
+
+
+def test_published_rows_are_printed_only_where_listed(monkeypatch):
+    from seqdiff.probes import report
+
+    assert "Genomic Benchmarks datasets only" in report.published_lines("splice")[0]
+    assert "No published numbers" in report.published_lines("human_nontata_promoters")[0]
+    row = report.PublishedRow("Some model", 0.9123, 0.004, "Paper 2024, Table 9")
+    monkeypatch.setitem(report.PUBLISHED, "human_nontata_promoters", [row])
+    lines = report.published_lines("human_nontata_promoters")
+    assert lines[-1] == "| Some model | 91.2 | ±0.4 | Paper 2024, Table 9 |"
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_all_layers_in_one_pass_match_layer_by_layer(causal):
+    model = backbone(causal, n_layers=3)
+    seqs = ["ACGTACGTAA", "GGCCA", "TTTTGCA"]
+    both = embed_sequences(BackboneEncoder(model, TOK.complement_ids, all_layers=True, rc_average=True), TOK, seqs)
+    assert both.shape == (3, 4, 32)
+    for i, layer in enumerate([0, 1, 2, None]):
+        one = embed_sequences(BackboneEncoder(model, TOK.complement_ids, layer=layer, rc_average=True), TOK, seqs)
+        np.testing.assert_allclose(both[:, i], one, atol=1e-5, rtol=1e-5)
+
+
+def test_flatten_pooling_keeps_positions_and_zeroes_padding():
+    model = backbone(False)
+    seqs = ["ACGTAC", "GGC"]
+    enc = BackboneEncoder(model, TOK.complement_ids, pool="flatten", length=8)
+    out = embed_sequences(enc, TOK, seqs)
+    assert out.shape == (2, 8 * 32) and enc.out_features == 8 * 32
+    ids, mask = encode_batch(TOK, seqs, 8)
+    with torch.no_grad():
+        hidden = model.hidden_states(ids, attention_mask=mask)  # (2, 8, 32)
+    np.testing.assert_allclose(out.reshape(2, 8, 32)[0, :6], hidden[0, :6].numpy(), atol=1e-5, rtol=1e-5)
+    assert not out.reshape(2, 8, 32)[1, 3:].any()  # padding positions are zero
+    with pytest.raises(ProbeError, match="needs the padded length"):
+        BackboneEncoder(model, TOK.complement_ids, pool="flatten")
+    with pytest.raises(ProbeError, match="pooling 'max' is unknown"):
+        BackboneEncoder(model, TOK.complement_ids, pool="max")
+
+
+def test_skip_checkpoints_keeps_only_the_random_init_rows(dna_run, tmp_path):
+    from seqdiff.cli import main
+
+    seqs, labels = toy_sequences(40, 20, seed=2)
+    table = tmp_path / "toy2.tsv"
+    table.write_text("seq\tlabel\n" + "".join(f"{s}\t{y}\n" for s, y in zip(seqs, labels)))
+    assert main(["probe", str(dna_run / "mdlm"), "--benchmark", str(table), "--seeds", "1", "--skip", "finetune",
+                 "kmer", "cnn", "checkpoints", "--pool", "flatten", "--out", str(tmp_path)]) == 0
+    rows = json.loads((tmp_path / "toy2.json").read_text())["rows"]
+    assert [(r["probe"], r["pretrained"], r["pool"]) for r in rows] == [("frozen", False, "flatten")]

@@ -1,6 +1,7 @@
 """train.wandb=true: the (offline) wandb run records the resolved recipe and a table of samples; CSV logs stay."""
 
 import json
+import time
 
 import pytest
 import torch
@@ -9,6 +10,18 @@ from seqdiff.config import load_run_config
 from seqdiff.training.run import train
 
 FIXTURE = "tests/fixtures/shakespeare_tiny.txt"
+
+
+def _eventually_contains(path, needle: bytes, patience_s: float = 60.0) -> bool:
+    """wandb's service process may still be flushing the run record when finish() returns on a loaded
+    machine: poll the file instead of reading it once."""
+    deadline = time.monotonic() + patience_s
+    while True:
+        if needle in path.read_bytes():
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.5)
 
 
 def test_wandb_run_records_config_and_a_table_of_samples(tmp_path, monkeypatch):
@@ -33,5 +46,5 @@ def test_wandb_run_records_config_and_a_table_of_samples(tmp_path, monkeypatch):
     assert table["columns"] == ["step", "sample"] and len(table["data"]) == 3
     assert all(step == 2 and 0 < len(text) <= 32 for step, text in table["data"])  # blocks of 32 tokens
     (record,) = run.glob("run-*.wandb")
-    assert b"cond_dim" in record.read_bytes()  # the recipe went into the run's config
+    assert _eventually_contains(record, b"cond_dim")  # the recipe went into the run's config
     assert (tmp_path / "r" / "logs" / "metrics.csv").is_file()

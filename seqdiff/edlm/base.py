@@ -32,6 +32,11 @@ class Energy(ABC):
     self_normalized: ClassVar[bool] = False
     """Whether Z(x_t) = 1 exactly, so that log p(x0 | x_t) = log mu - E needs no estimate."""
 
+    @classmethod
+    def load(cls, path: str, mdlm, device: str = "cpu") -> Energy:
+        """The energy stored at `path` (an AR run, an NCE energy file), for the loaded MDLM `mdlm`."""
+        raise EnergyError(f"the {cls.name!r} energy cannot be loaded from a file")
+
     @abstractmethod
     def energy(self, x0: Tensor, xt: Tensor, log_mu: Tensor) -> Tensor:
         """(N,) float64 energies of candidates x0 (N, L) given x_t (N, L); log_mu (N,) = log mu(x0 | x_t)."""

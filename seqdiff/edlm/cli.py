@@ -12,7 +12,7 @@ from pathlib import Path
 
 def _data_tokens(args, model):
     from seqdiff.data.text import split_path
-    from seqdiff.evaluation.zeroshot import load_eval_tokens
+    from seqdiff.evaluation.zeroshot import file_tokens
 
     if args.data:
         path = Path(args.data)
@@ -20,7 +20,7 @@ def _data_tokens(args, model):
         path = split_path(model.data_config, args.split)
     else:
         raise ValueError("this checkpoint records no text corpus; pass --data FILE")
-    tokens, loss_mask = load_eval_tokens(path, model)
+    tokens, loss_mask = file_tokens(path, model.tokenizer)
     return path, tokens, loss_mask
 
 
@@ -35,18 +35,20 @@ def cmd_edlm_eval(args: argparse.Namespace) -> int:
 
     mdlm = load_checkpoint(args.checkpoint, device=args.device, use_ema=not args.no_ema)
     energy = load_energy(args.energy, mdlm, device=args.device)
-    model = edlm_model(mdlm, energy, args.num_partition_samples)
+    model = edlm_model(mdlm, energy, args.num_partition_samples, args.form)
     torch.manual_seed(args.seed)
     path, tokens, loss_mask = _data_tokens(args, mdlm)
     report = evaluate_tokens(model, tokens, batch_size=args.batch_size, num_t_samples=args.num_t_samples,
                              seed=args.seed, loss_mask=loss_mask, progress=True)
-    report.update({"checkpoint": str(mdlm.path), "energy": args.energy, "data": str(path),
-                   "num_partition_samples": None if energy.self_normalized else args.num_partition_samples,
+    report.update({"checkpoint": str(mdlm.path), "energy": args.energy, "data": str(path), "form": args.form,
+                   "bound": args.form == "marginal", "num_partition_samples": args.num_partition_samples,
                    "log_partition": "exact (Z = 1)" if energy.self_normalized else
                    "(2n-1) log Z_n - 2(n-1) log Z_{n-1} (leave-one-out)"})
-    out = Path(args.out) if args.out else mdlm.path.parent.parent / "eval" / f"edlm-{energy.name}-{path.name}.json"
+    out = Path(args.out) if args.out else \
+        mdlm.path.parent.parent / "eval" / f"edlm-{energy.name}-{args.form}-{path.name}.json"
     write_atomically(out, json.dumps(report, indent=2) + "\n")
-    print(f"{report['method']} on {path} ({report['num_tokens']} tokens, upper bound):")
+    kind = "upper bound" if args.form == "marginal" else "sequence form: the paper's estimate, not a bound"
+    print(f"{report['method']} on {path} ({report['num_tokens']} tokens, {kind}):")
     for key in ("nll_nats_per_token", "bits_per_token", "perplexity", "bits_per_character", "bits_per_base"):
         if key in report:
             print(f"  {key:<20} {report[key]:.4f}")
@@ -80,6 +82,9 @@ def add_parser(sub, common: argparse.ArgumentParser) -> None:
     q.add_argument("--num-t-samples", type=int, default=1, help="Monte Carlo time samples per block")
     q.add_argument("--num-partition-samples", type=int, default=8,
                    help="draws n of mu for the log-partition estimate (ar, nce; n >= 2)")
+    q.add_argument("--form", choices=["marginal", "sequence"], default="marginal",
+                   help="marginal: a valid NLL bound; sequence: the paper's whole-sequence form (exact for coAR, "
+                        "not a bound for a joint denoiser); see seqdiff.edlm.likelihood")
     q.add_argument("--batch-size", type=int, default=16)
     q.add_argument("--out", help="JSON file for the results (default: <run>/eval/edlm-<energy>-<data>.json)")
     q.set_defaults(func=cmd_edlm_eval, command="edlm eval")

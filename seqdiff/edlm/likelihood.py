@@ -1,55 +1,118 @@
-"""The EDLM NLL upper bound: MDLM's NELBO with the sequence-level EDLM denoiser in place of mu.
+"""NLL upper bounds for EDLM: a frozen MDLM mu reweighted by an energy, p(x0 | x_t) ∝ mu exp(-E).
 
-MDLM's bound is E_t [ w(t) * sum over masked l of -log mu_l(x0^l | x_t) ] = E_t [ w(t) * -log mu(x0 | x_t) ]
-(mu factorizes over positions). EDLM keeps the sequence form (the paper's eq. for its ELBO) with
+Two forms, both on MDLM's draw of (t, x_t) and weight w(t) (continuous or discrete time):
 
-    -log p(x0 | x_t) = -log mu(x0 | x_t) + E(x0, x_t) + log Z(x_t),
+- `marginal` (default; a valid bound). In continuous time a reverse step reveals one token at a time, so the
+  NELBO of any denoiser is E_t [ w(t) sum_{l masked} -log p_l(x0^l | x_t) ] with p_l the *marginal* of the
+  denoiser at position l (for MDLM, mu_l itself). For EDLM, with mu factorized,
 
-w(t) and the draw of (t, x_t) being MDLM's own (continuous or discrete time, antithetic times). log Z is
-  - 0 for a self-normalized energy (coAR: the bound is exact, nothing estimated),
-  - otherwise the corrected estimate of seqdiff.edlm.partition from n draws of mu(. | x_t), biased upward, so
-    the reported number stays an upper bound in expectation.
-With E = 0 the estimate equals MDLM's NELBO draw for draw (a test checks it).
+      p_l(v | x_t) = mu_l(v | x_t) Z_l(x_t, v) / Z(x_t),  Z_l = E_{x0 ~ mu(. | x_t), x0^l = v} [exp(-E(x0, x_t))],
 
-`EDLMBound` has the Method interface (`loss`, `nll`), so the existing likelihood evaluation
-(seqdiff.evaluation.likelihood.evaluate_tokens) scores a corpus with it unchanged.
+  so -log p_l = -log mu_l - log Z_l + log Z. log Z_l takes the plain estimate from n draws (biased low, so
+  -log Z_l is biased high: safe), log Z the corrected Theorem-1 estimate (biased high: safe, seqdiff.edlm.
+  partition). One masked position per row is drawn uniformly and its term scaled by the number of masked
+  positions (unbiased for the sum, 2n energy calls per row instead of 2n per position). With an exact
+  denoiser (the data's own conditionals) this bound equals the NLL in expectation; for EDLM-AR, whose step
+  is the AR model restricted to completions of x_t, it equals the AR NLL up to the estimator bias.
+- `sequence` (the form EDLM's paper writes): w(t) * -log p(x0 | x_t) of the whole sequence,
+  -log p(x0 | x_t) = -log mu(x0 | x_t) + E(x0, x_t) + log Z(x_t). Exact for a factorized denoiser (MDLM: with
+  E = 0 it equals MDLM's NELBO draw for draw, a test checks it) and, for the self-normalized coAR energy
+  (log Z = 0), free of estimates: its expectation is (alpha(0) - alpha(1)) x the AR NLL. It is *not* an upper
+  bound for a joint denoiser in general: the joint log-probability of the masked block replaces the sum of
+  per-position marginal terms, and sum_l H(X^l | X^U) >= H(X^M | X^U), so it can fall below the true NLL
+  (with the AR energy it tends to a pseudo-likelihood: the masked block given context on both sides).
+
+`EDLMBound` has the Method interface (`loss`, `nll`), so seqdiff.evaluation.likelihood scores a corpus with
+it unchanged.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from typing import Literal
 
 import torch
 from torch import Tensor, nn
 
 from seqdiff.categorical import probs_from_logits
 from seqdiff.edlm.base import Energy, draw_candidates, masked_log_mu
-from seqdiff.edlm.partition import log_partition_estimates
+from seqdiff.edlm.partition import log_mean_exp, log_partition_estimates
 from seqdiff.methods.base import Batch, Method, MethodOutput
 from seqdiff.methods.mdlm import MDLM
 
+FORMS = ("marginal", "sequence")
+
 
 class EDLMBound(Method):
-    """NLL bound of EDLM = frozen MDLM `mdlm` + `energy`; `num_partition_samples` draws n for log Z."""
+    """NLL bound of EDLM = frozen MDLM `mdlm` + `energy`; n = `num_partition_samples` draws per estimate."""
 
     name = "edlm"
     causal = False
 
-    def __init__(self, mdlm: MDLM, energy: Energy, num_partition_samples: int = 8):
+    def __init__(self, mdlm: MDLM, energy: Energy, num_partition_samples: int = 8,
+                 form: Literal["marginal", "sequence"] = "marginal"):
         if not mdlm.subs:
             raise ValueError("EDLM needs a SUBS MDLM (method.subs: true): mu must carry unmasked tokens over")
-        if not energy.self_normalized and num_partition_samples < 2:
-            raise ValueError(f"num_partition_samples must be >= 2 for the {energy.name!r} energy, "
-                             f"got {num_partition_samples}")
+        if form not in FORMS:
+            raise ValueError(f"bound form {form!r} is unknown; choose one of {list(FORMS)}")
+        needs_z = not energy.self_normalized
+        if (needs_z and num_partition_samples < 2) or num_partition_samples < 1:
+            raise ValueError(f"num_partition_samples must be >= {2 if needs_z else 1} for the {energy.name!r} "
+                             f"energy, got {num_partition_samples}")
         self.__dict__.update(mdlm.__dict__)  # vocabulary and special ids, schedule, config
-        self.mdlm, self.energy, self.n = mdlm, energy, num_partition_samples
+        self.mdlm, self.energy, self.n, self.form = mdlm, energy, num_partition_samples, form
         self.name = f"edlm-{energy.name}"
 
+    # ------------------------------------------------------------------ pieces
+    def log_weights(self, probs: Tensor, xt: Tensor, draw_from: Tensor, generator) -> Tensor:
+        """(B, n) log exp(-E(x0', x_t)) for n draws x0' ~ mu(. | draw_from) (draw_from: x_t, possibly with
+        one more position fixed); E and log mu always relative to x_t itself."""
+        B, L = xt.shape
+        cands = draw_candidates(probs, draw_from, self.mask_id, self.n, generator).reshape(B * self.n, L)
+        xt_rep = xt.repeat_interleave(self.n, 0)  # (B n, L)
+        log_mu = masked_log_mu(probs.repeat_interleave(self.n, 0), cands, xt_rep, self.mask_id)
+        return -self.energy(cands, xt_rep, log_mu).view(B, self.n)
+
+    def log_partition(self, probs: Tensor, xt: Tensor, generator) -> tuple[Tensor, Tensor]:
+        """(plain, corrected) estimates of log Z(x_t), (B,) each; exactly 0 for self-normalized energies."""
+        if self.energy.self_normalized:
+            zero = torch.zeros(xt.shape[0], dtype=torch.float64, device=xt.device)
+            return zero, zero
+        return log_partition_estimates(self.log_weights(probs, xt, xt, generator))
+
+    def marginal_nll(self, probs: Tensor, x0: Tensor, xt: Tensor, generator) -> dict[str, Tensor]:
+        """Unbiased-for-the-sum estimate of sum_{l masked} -log p_l(x0^l | x_t) (one random masked l per
+        row, scaled by their number), with -log Z_l biased high and log Z biased high. (B,) float64."""
+        B, L = x0.shape
+        masked = xt == self.mask_id  # (B, L)
+        count = masked.sum(-1)  # (B,)
+        u = torch.rand(B, generator=generator, device=x0.device, dtype=torch.float64)
+        rank = torch.minimum((u * count).long(), (count - 1).clamp(min=0))  # which masked position, per row
+        pos = ((masked.cumsum(-1) - 1 == rank[:, None]) & masked).long().argmax(-1)  # (B,)
+        rows = torch.arange(B, device=x0.device)
+        token = x0[rows, pos]
+        neg_log_mu_l = -probs[rows, pos, token].log()  # (B,)
+        fixed = xt.clone()
+        fixed[rows, pos] = token  # draws keep x0^l at l, the rest of x_t's masked positions free
+        log_z_l = log_mean_exp(self.log_weights(probs, xt, fixed, generator))  # plain: -log Z_l biased high
+        log_z_plain, log_z = self.log_partition(probs, xt, generator)
+        per_position = neg_log_mu_l - log_z_l + log_z
+        nll = torch.where(count > 0, count.double() * per_position, torch.zeros_like(per_position))
+        return {"nll": nll, "log_z": log_z, "log_z_plain": log_z_plain, "log_z_l": log_z_l}
+
+    def sequence_nll(self, probs: Tensor, x0: Tensor, xt: Tensor, generator) -> dict[str, Tensor]:
+        """-log p(x0 | x_t) = -log mu + E + log Z (corrected estimate), (B,) float64 (the paper's form)."""
+        log_mu = masked_log_mu(probs, x0, xt, self.mask_id)  # (B,)
+        energy = self.energy(x0, xt, log_mu)
+        log_z_plain, log_z = self.log_partition(probs, xt, generator)
+        return {"nll": -log_mu + energy + log_z, "log_z": log_z, "log_z_plain": log_z_plain, "energy": energy}
+
+    # ------------------------------------------------------------------ one draw of (t, x_t) per row
     @torch.no_grad()
     def per_sequence(self, backbone: nn.Module, batch: Batch, generator: torch.Generator | None = None
                      ) -> dict[str, Tensor]:
-        """One draw of (t, x_t) per row; (B,) float64 terms: weight w(t), -log mu, E, log Z (plain and
-        corrected), and the bound term w(t) * (-log mu + E + log Z_corrected)."""
+        """(B,) float64 terms of one draw of (t, x_t) per row: the bound term w(t) * nll, MDLM's own bound
+        term on the same draw, and the pieces (log Z estimates, t)."""
         mdlm = self.mdlm
         x0 = batch.input_ids  # (B, L)
         scored = batch.scored(self.pad_id)
@@ -57,22 +120,11 @@ class EDLMBound(Method):
         xt = mdlm.corrupt(x0, t, scored, generator)  # (B, L)
         logits = backbone(xt, noise_level=mdlm.noise_level(t), attention_mask=batch.attention_mask)
         probs = probs_from_logits(mdlm.subs_logits(logits))  # (B, L, V) float64
-        log_mu = masked_log_mu(probs, x0, xt, self.mask_id)  # (B,)
-        energy = self.energy(x0, xt, log_mu)  # (B,)
-        if self.energy.self_normalized:
-            log_z = log_z_plain = torch.zeros_like(energy)
-        else:
-            B, L = x0.shape
-            cands = draw_candidates(probs, xt, self.mask_id, self.n, generator)  # (B, n, L)
-            xt_rep = xt[:, None].expand(B, self.n, L).reshape(B * self.n, L)
-            cand_log_mu = masked_log_mu(probs.repeat_interleave(self.n, 0), cands.reshape(B * self.n, L),
-                                        xt_rep, self.mask_id)
-            cand_energy = self.energy(cands.reshape(B * self.n, L), xt_rep, cand_log_mu)
-            log_z_plain, log_z = log_partition_estimates(-cand_energy.view(B, self.n))
+        terms = (self.marginal_nll if self.form == "marginal" else self.sequence_nll)(probs, x0, xt, generator)
         weight = mdlm.loss_weight(t).double()
-        nll = -log_mu + energy + log_z
-        return {"weight": weight, "neg_log_mu": -log_mu, "energy": energy, "log_z_plain": log_z_plain,
-                "log_z": log_z, "bound": weight * nll, "mdlm_bound": -weight * log_mu, "t": t.double()}
+        terms.update({"weight": weight, "t": t.double(), "bound": weight * terms["nll"],
+                      "mdlm_bound": -weight * masked_log_mu(probs, x0, xt, self.mask_id)})
+        return terms
 
     def loss(self, backbone: nn.Module, batch: Batch, generator: torch.Generator | None = None) -> MethodOutput:
         batch = Batch.from_any(batch)
@@ -82,6 +134,6 @@ class EDLMBound(Method):
         return MethodOutput(loss=(total / num_tokens.clamp(min=1)).float(), nll_sum=total, num_tokens=num_tokens)
 
 
-def edlm_model(mdlm_model, energy: Energy, num_partition_samples: int = 8):
+def edlm_model(mdlm_model, energy: Energy, num_partition_samples: int = 8, form: str = "marginal"):
     """The LoadedModel of an MDLM with its method swapped for the EDLM bound (for evaluate_tokens)."""
-    return dataclasses.replace(mdlm_model, method=EDLMBound(mdlm_model.method, energy, num_partition_samples))
+    return dataclasses.replace(mdlm_model, method=EDLMBound(mdlm_model.method, energy, num_partition_samples, form))

@@ -36,6 +36,8 @@ class Generation:
     sampler: str
     lengths: list[int] | None = None
     """Length of each sample in tokens (after EOS truncation when asked)."""
+    stats: dict | None = None
+    """What the sampler reports about itself, when it does (edlm: effective sample size)."""
 
 
 def placeholder_char(tokenizer: Tokenizer) -> str:
@@ -182,7 +184,7 @@ def generate(model: LoadedModel, cfg: SampleConfig, progress: bool = False,
         tokens = [truncate_at_eos(t, model.tokenizer.eos_id) for t in tokens]
     texts = [model.tokenizer.decode(t) for t in tokens]
     return Generation(tokens=tokens, texts=texts, seconds=seconds, denoiser_calls=calls, sampler=sampler.name,
-                      lengths=[len(t) for t in tokens])
+                      lengths=[len(t) for t in tokens], stats=sampler.stats() if hasattr(sampler, "stats") else None)
 
 
 def format_samples(gen: Generation, fasta: bool) -> str:
@@ -203,5 +205,18 @@ def write_atomically(path: str | Path, text: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(text)
+    os.replace(tmp, path)
+    return path
+
+
+def save_figure_atomically(fig, path: str | Path, dpi: int = 110) -> Path:
+    """Save a matplotlib figure (PNG) by write-then-rename and close it: reports never hold half a plot."""
+    import matplotlib.pyplot as plt
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp.png")
+    fig.savefig(tmp, dpi=dpi)
+    plt.close(fig)
     os.replace(tmp, path)
     return path

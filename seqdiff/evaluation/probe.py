@@ -1,4 +1,5 @@
-"""Frozen-embedding probes: how much a backbone's representations say about a label, with the backbone fixed.
+"""Frozen-embedding probes for text backbones (the genomic benchmark protocol lives in seqdiff.probes):
+how much a backbone's representations say about a label, with the backbone fixed.
 
     mean_pooled_features(backbone, ids, attention_mask)   (N, H) float64 features, no gradients
     logistic_probe(x_train, y_train, x_test, y_test)      scikit-learn logistic regression, test accuracy
@@ -20,6 +21,8 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from seqdiff.probes.embeddings import masked_mean
+
 
 @torch.no_grad()
 def mean_pooled_features(backbone: nn.Module, input_ids: Tensor, attention_mask: Tensor | None = None,
@@ -33,8 +36,8 @@ def mean_pooled_features(backbone: nn.Module, input_ids: Tensor, attention_mask:
         ids = input_ids[start:start + batch_size].to(device)
         mask = None if attention_mask is None else attention_mask[start:start + batch_size].to(device).bool()
         h = backbone.hidden_states(ids, None, mask).double()  # (B, L, H)
-        weights = torch.ones(ids.shape, dtype=torch.float64, device=device) if mask is None else mask.double()
-        out.append(((h * weights[..., None]).sum(1) / weights.sum(1, keepdim=True).clamp(min=1)).cpu())
+        real = torch.ones(ids.shape, dtype=torch.bool, device=device) if mask is None else mask
+        out.append(masked_mean(h, real).cpu())
     backbone.train(was_training)
     return torch.cat(out).numpy()
 

@@ -82,16 +82,16 @@ def _dataset_source(value: str, split: str) -> EvalSource:
     return EvalSource(f"{name}/{chosen}", chosen, corpus=name)
 
 
-def load_eval_tokens(path: Path, model: LoadedModel):
-    """(tokens, loss mask or None) of one file as a single stream: a FASTA file for DNA models (False at N
-    bases), otherwise a text file read whole (for jobs that score a token stream, e.g. `seqdiff edlm eval`)."""
-    if model.tokenizer.kind == "nucleotide" and Path(path).name.lower().endswith(FASTA_SUFFIXES):
+def file_tokens(path: Path, tokenizer):
+    """Tokens and a loss mask (False at N bases; None for text) of one text file, or of a FASTA file for a
+    nucleotide tokenizer: the whole file as one stream, for scorers that tile it themselves (EDLM bounds)."""
+    if tokenizer.kind == "nucleotide" and path.name.lower().endswith(FASTA_SUFFIXES):
         from seqdiff.data.genome import fasta_tokens
 
-        return fasta_tokens(path, model.tokenizer)
+        return fasta_tokens(path, tokenizer)
     from seqdiff.data.text import tokenize_file
 
-    return tokenize_file(path, model.tokenizer), None
+    return tokenize_file(path, tokenizer), None
 
 
 def source_config(model: LoadedModel, source: EvalSource, batch_size: int,

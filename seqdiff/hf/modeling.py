@@ -105,7 +105,7 @@ class SeqDiffPreTrainedModel(PreTrainedModel):
     config_class = SeqDiffConfig
     base_model_prefix = "backbone"
     main_input_name = "input_ids"
-    _no_split_modules = ["DiTBlock"]
+    _no_split_modules = ["DiTBlock", "BertLayer"]
     _requires_causal: bool | None = None  # set by the subclasses
 
     def __init__(self, config: SeqDiffConfig) -> None:

@@ -1,4 +1,5 @@
-"""Sequence embeddings from a seqdiff backbone: mean of the hidden states over real positions only.
+"""Sequence embeddings from a seqdiff backbone: mean of the hidden states over real positions only
+(or, with `pool="flatten"`, every position's state side by side, padding zeroed).
 
 Padding never enters the mean (the mask weights it out) and, through the attention mask, never changes
 the real positions' states, so a sequence's embedding does not depend on what it is batched with.
@@ -38,42 +39,81 @@ def masked_mean(hidden: Tensor, mask: Tensor) -> Tensor:
     return (hidden * weights).sum(1) / weights.sum(1).clamp_min(1.0)
 
 
+def masked_flatten(hidden: Tensor, mask: Tensor) -> Tensor:
+    """Every position's state side by side, padding zeroed -> (B, L * H). Keeps where a feature occurs, which a
+    mean throws away (splice sites sit at a fixed offset); needs one padded length for every batch."""
+    return (hidden * mask.to(hidden.dtype).unsqueeze(-1)).flatten(1)
+
+
+POOLINGS = {"mean": masked_mean, "flatten": masked_flatten}
+
+
 class BackboneEncoder(nn.Module):
-    """(ids, mask) -> mean-pooled hidden states (B, H) of a backbone layer (None = the final layer)."""
+    """(ids, mask) -> mean-pooled hidden states (B, H) of a backbone layer (None = the final layer), or of
+    every layer at once with `all_layers` (B, n_layers + 1, H), for choosing the layer on validation."""
 
     def __init__(self, backbone: nn.Module, complement_ids: Tensor, layer: int | None = None,
-                 rc_average: bool = False) -> None:
+                 rc_average: bool = False, all_layers: bool = False, pool: str = "mean",
+                 length: int | None = None) -> None:
         super().__init__()
+        if pool not in POOLINGS:
+            raise ProbeError(f"pooling {pool!r} is unknown; choose one of {sorted(POOLINGS)}")
+        if pool == "flatten" and length is None:
+            raise ProbeError("flatten pooling needs the padded length of every batch")
         self.backbone = backbone
         self.layer = layer
+        self.all_layers = all_layers
         self.rc_average = rc_average
+        self.pool = POOLINGS[pool]
+        self.length = length if pool == "flatten" else None
+        """Pad every batch to this length (flatten pooling)."""
         self.register_buffer("complement_ids", complement_ids.clone(), persistent=False)
-        self.out_features = backbone.config.hidden_size
+        self.out_features = backbone.config.hidden_size * (length if pool == "flatten" else 1)
         self.time_conditioned = bool(backbone.config.time_conditioning)
 
     def _pooled(self, ids: Tensor, mask: Tensor) -> Tensor:
         noise = torch.zeros(ids.shape[0], device=ids.device) if self.time_conditioned else None
         attention_mask = None if bool(mask.all()) else mask  # full rows: the fast attention path
         hidden = self.backbone.hidden_states(ids, noise, attention_mask, layer=self.layer)  # (B, L, H)
-        return masked_mean(hidden.float(), mask)
+        return self.pool(hidden.float(), mask)
+
+    def _pooled_layers(self, ids: Tensor, mask: Tensor) -> Tensor:
+        """Every candidate layer in one pass: (B, n_layers + 1, H) = token embeddings, the outputs of blocks
+        1 .. n_layers - 1, and the final output; captured with forward hooks."""
+        captured: list[Tensor] = []
+        modules = [self.backbone.embed, *self.backbone.blocks[:-1]]
+        hooks = [m.register_forward_hook(lambda module, args, out: captured.append(out)) for m in modules]
+        try:
+            saved, self.layer = self.layer, None
+            final = self._pooled(ids, mask)
+        finally:
+            self.layer = saved
+            for h in hooks:
+                h.remove()
+        return torch.stack([*(self.pool(h.float(), mask) for h in captured), final], dim=1)
 
     def forward(self, ids: Tensor, mask: Tensor) -> Tensor:
-        pooled = self._pooled(ids, mask)  # (B, H)
+        """(B, H); with `all_layers`, (B, n_layers + 1, H) (see `_pooled_layers`)."""
+        pool = self._pooled_layers if self.all_layers else self._pooled
+        pooled = pool(ids, mask)
         if not self.rc_average:
             return pooled
         rc_ids = self.complement_ids[ids].flip(-1)  # PAD maps to PAD, so padding moves to the left
-        return 0.5 * (pooled + self._pooled(rc_ids, mask.flip(-1)))
+        return 0.5 * (pooled + pool(rc_ids, mask.flip(-1)))
 
 
 @torch.no_grad()
 def embed_sequences(encoder: nn.Module, tokenizer, sequences: Sequence[str], batch_size: int = 64,
                     device: str | torch.device = "cpu") -> np.ndarray:
-    """(N, H) float32 embeddings, computed in batches sorted by length (less padding)."""
+    """(N, H) float32 embeddings ((N, n_layers + 1, H) with all_layers), in batches sorted by length."""
     encoder.eval().to(device)
     order = np.argsort([len(s) for s in sequences], kind="stable")
-    out = np.zeros((len(sequences), encoder.out_features), dtype=np.float32)
+    out = None
     for start in range(0, len(order), batch_size):
         index = order[start:start + batch_size]
-        ids, mask = encode_batch(tokenizer, [sequences[i] for i in index])
-        out[index] = encoder(ids.to(device), mask.to(device)).cpu().numpy()
+        ids, mask = encode_batch(tokenizer, [sequences[i] for i in index], getattr(encoder, "length", None))
+        pooled = encoder(ids.to(device), mask.to(device)).cpu().numpy()  # (B, H) or (B, n_layers + 1, H)
+        if out is None:
+            out = np.zeros((len(sequences), *pooled.shape[1:]), dtype=np.float32)
+        out[index] = pooled
     return out

@@ -47,6 +47,8 @@ class ProbeConfig:
     on validation among all). Fine-tuning pools the final output unless an integer layer is given."""
     rc_average: bool = False
     """Average each embedding with its reverse complement's."""
+    pool: str = "mean"
+    """Frozen probe pooling: "mean" over real positions, or "flatten" (every position's state; fixed length)."""
     finetune: FinetuneConfig = field(default_factory=FinetuneConfig)
     cnn: FinetuneConfig = field(default_factory=lambda: FinetuneConfig(epochs=10, lr=1e-3, dropout=0.0))
     """Training of the CNN baseline (the Genomic Benchmarks experiments used Adam at 1e-3)."""
@@ -98,8 +100,10 @@ def _frozen(model: ProbeModel, split: Split, seed: int, config: ProbeConfig):
     from seqdiff.probes.linear import Selected, fit_logistic
 
     best = None
-    for layer in candidate_layers(model.backbone, config.layer):
-        result = fit_logistic(_frozen_features(model, split, layer, config), split.labels(), seed)
+    feats = _frozen_features(model, split, config)  # split -> (N, n_candidate_layers, H)
+    layers = candidate_layers(model.backbone, config.layer)
+    for i, layer in enumerate(layers):
+        result = fit_logistic({k: v[:, i] for k, v in feats.items()}, split.labels(), seed)
         if best is None or result.val_accuracy > best.val_accuracy:
             best = Selected(result.val_accuracy, result.test_accuracy,
                             {"layer": "final" if layer is None else layer, **result.choice})
@@ -107,22 +111,26 @@ def _frozen(model: ProbeModel, split: Split, seed: int, config: ProbeConfig):
 
 
 def candidate_layers(backbone: nn.Module, layer: int | str | None) -> list[int | None]:
-    """The layers a frozen probe tries: the one asked for, or with "best" every block's output and the final
-    (normed) output, 0 = token embeddings; validation accuracy picks among them."""
+    """The layers a frozen probe tries: the one asked for, or with "best" the token embeddings (0), the outputs
+    of blocks 1 .. n_layers - 1 and the final output (None); validation accuracy picks among them."""
     if layer == BEST_LAYER:
         return [*range(backbone.config.n_layers), None]
     return [layer]
 
 
-def _frozen_features(model: ProbeModel, split: Split, layer: int | None, config: ProbeConfig) -> dict[str, np.ndarray]:
+def _frozen_features(model: ProbeModel, split: Split, config: ProbeConfig) -> dict[str, np.ndarray]:
     from seqdiff.probes.embeddings import BackboneEncoder, embed_sequences
 
-    encoder = BackboneEncoder(model.backbone, model.tokenizer.complement_ids, layer, config.rc_average)
+    best = config.layer == BEST_LAYER
+    length = max(len(s) for seqs in split.sequences().values() for s in seqs)  # the same for every seed
+    encoder = BackboneEncoder(model.backbone, model.tokenizer.complement_ids, None if best else config.layer,
+                              config.rc_average, all_layers=best, pool=config.pool, length=length)
     # a frozen backbone embeds a sequence the same way for every seed: embed each distinct sequence once
-    cache = _EMBEDDINGS.setdefault((model.backbone, layer, config.rc_average), {})
+    cache = _EMBEDDINGS.setdefault((model.backbone, config.layer, config.rc_average, config.pool), {})
     missing = sorted({s for seqs in split.sequences().values() for s in seqs} - cache.keys())
     if missing:
-        cache.update(zip(missing, embed_sequences(encoder, model.tokenizer, missing, device=config.device)))
+        vectors = embed_sequences(encoder, model.tokenizer, missing, device=config.device)
+        cache.update(zip(missing, vectors if best else vectors[:, None]))  # (n_layers + 1, H) or (1, H)
     return {k: np.stack([cache[s] for s in seqs]) for k, seqs in split.sequences().items()}
 
 
@@ -183,17 +191,17 @@ def _accelerator(device: str) -> str:
 @dataclass(frozen=True)
 class RowKind:
     run: Callable[..., Any]
-    needs_model: bool
+    """(model or None, split, seed, config) -> linear.Selected"""
     trained: bool
     """Trained rows use `finetune_seeds`."""
     label: str
 
 
 PROBES: dict[str, RowKind] = {
-    "frozen": RowKind(_frozen, True, False, "frozen probe (mean pool + logistic regression)"),
-    "finetune": RowKind(_finetune, True, True, "fine-tuned (backbone + linear head)"),
-    "kmer": RowKind(_kmer, False, False, "k-mer (k=3..6) + logistic regression"),
-    "cnn": RowKind(_cnn, False, True, "Genomic Benchmarks CNN"),
+    "frozen": RowKind(_frozen, False, "frozen probe (mean pool + logistic regression)"),
+    "finetune": RowKind(_finetune, True, "fine-tuned (backbone + linear head)"),
+    "kmer": RowKind(_kmer, False, "k-mer (k=3..6) + logistic regression"),
+    "cnn": RowKind(_cnn, True, "Genomic Benchmarks CNN"),
 }
 
 
@@ -251,30 +259,38 @@ def run_row(kind: str, model: ProbeModel | None, bench: Benchmark, config: Probe
         "seconds": round(time.perf_counter() - start, 1),
     }
     if kind == "frozen":
-        row.update({"layer": config.layer, "rc_average": config.rc_average})
+        row.update({"layer": config.layer, "rc_average": config.rc_average, "pool": config.pool})
     return row
 
 
 def run_protocol(bench: Benchmark, models: list[ProbeModel], config: ProbeConfig,
                  probes: tuple[str, ...] = ("frozen", "finetune"),
                  baselines: tuple[str, ...] = ("random", "kmer", "cnn"),
-                 log: Callable[[str], None] = _stderr) -> list[dict[str, Any]]:
-    """Every row: each model x each of `probes`, then the baselines (random init of models[0], k-mer, CNN)."""
-    unknown = sorted(set(probes) - {"frozen", "finetune"}) + sorted(set(baselines) - {"random", "kmer", "cnn"})
+                 log: Callable[[str], None] = _stderr,
+                 on_row: Callable[[list[dict[str, Any]], int], None] | None = None) -> list[dict[str, Any]]:
+    """Every row: frozen probes (each model, then the random init of models[0]), the k-mer and CNN baselines,
+    then the fine-tuned rows (the costliest last). `on_row(rows so far, total)` is called after each row, so a
+    caller can write partial reports. "checkpoints" in `baselines` skips the checkpoints' own rows (they then
+    only lend their architecture to the random-init baseline)."""
+    unknown = sorted(set(probes) - {"frozen", "finetune"}) + sorted(set(baselines) - {"random", "kmer", "cnn",
+                                                                                     "checkpoints"})
     if unknown:
         raise ProbeError(f"unknown probe or baseline {unknown}; probes: frozen, finetune; baselines: random, kmer, cnn")
     if "random" in baselines and not models:
         raise ProbeError("the random-init baseline copies a checkpoint's architecture: give at least one checkpoint")
-    rows = []
-    for model in models:
-        for kind in probes:
-            rows.append(run_row(kind, model, bench, config, log))
-    if "random" in baselines:
-        for kind in probes:
-            rows.append(run_row(kind, None, bench, config, log, random_init_of=models[0]))
-    for kind in ("kmer", "cnn"):
-        if kind in baselines:
-            rows.append(run_row(kind, None, bench, config, log))
+    plan: list[tuple[str, ProbeModel | None, ProbeModel | None]] = []  # (kind, model, random init of)
+    for kind in ("frozen", "kmer", "cnn", "finetune"):
+        if kind in probes:
+            plan += [(kind, model, None) for model in models if "checkpoints" not in baselines]
+            if "random" in baselines:
+                plan.append((kind, None, models[0]))
+        elif kind in baselines:
+            plan.append((kind, None, None))
+    rows: list[dict[str, Any]] = []
+    for kind, model, random_of in plan:
+        rows.append(run_row(kind, model, bench, config, log, random_init_of=random_of))
+        if on_row is not None:
+            on_row(rows, len(plan))
     return rows
 
 

@@ -48,6 +48,10 @@ def table_lines(rows: list[dict[str, Any]]) -> list[str]:
 
 
 def published_lines(benchmark: str) -> list[str]:
+    from seqdiff.probes.genomic_benchmarks import ALIASES, DATASETS
+
+    if ALIASES.get(benchmark, benchmark) not in DATASETS:
+        return ["Published rows are kept for the Genomic Benchmarks datasets only; none for this benchmark."]
     rows = PUBLISHED.get(benchmark, [])
     if not rows:
         return ["No published numbers are listed for this benchmark (see `seqdiff/probes/report.py`: numbers "

@@ -18,7 +18,8 @@ with the same generator (another test checks it). The model calls themselves are
 `given` (prefix / infilling) is honoured as in the MDLM samplers: given tokens start unmasked and are
 carried over into every candidate, so the energy scores them as context.
 The effective sample size (sum w)^2 / sum w^2 in [1, k] of every importance step is kept in `ess`
-(one (t, mean ESS over rows) pair per step); `SampleOutput` stays as other samplers return it.
+(one (t, mean ESS over rows) pair per step, over all `generate` calls of this sampler); `stats()` sums it
+up for the sample command and the reports.
 """
 
 from __future__ import annotations
@@ -100,7 +101,6 @@ class EDLMImportanceSampler(MDLMCachedSampler):
             x = torch.where(given >= 0, given, x)
         grid = self.time_grid(device)
         calls, cache = 0, {}
-        self.ess = []
         for i in range(self.steps):
             t = grid[i].expand(batch_size)  # (B,)
             s = grid[i + 1].expand(batch_size)
@@ -118,6 +118,8 @@ class EDLMImportanceSampler(MDLMCachedSampler):
             x = method.fill_remaining(probs, x)
         return SampleOutput(tokens=x, num_denoiser_calls=calls)
 
-    def mean_ess(self) -> float:
-        """Mean effective sample size over the importance steps of the last `generate` (nan if none)."""
-        return sum(e for _, e in self.ess) / len(self.ess) if self.ess else float("nan")
+    def stats(self) -> dict[str, float]:
+        """Mean effective sample size over the importance steps so far (nan if none), k and the window."""
+        mean = sum(e for _, e in self.ess) / len(self.ess) if self.ess else float("nan")
+        return {"edlm_k": self.k, "edlm_window": self.window, "importance_steps": len(self.ess),
+                "mean_effective_sample_size": mean}

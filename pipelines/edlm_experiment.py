@@ -1,0 +1,401 @@
+"""EDLM on the Shakespeare character corpus: likelihood bounds, generation quality, speed, k / w ablation.
+
+    python -m pipelines.edlm_experiment --mdlm RUN --ar RUN [--out reports/edlm] [--energy-out FILE]
+
+Base models: a character-level MDLM and AR pair trained on the shipped Shakespeare slice (by default the
+`seqdiff quickstart`-sized pair in /work/runs/edlm/{mdlm,ar}, trained with configs/quickstart.yaml). The
+job
+  1. trains the EDLM-NCE energy against the frozen MDLM (seqdiff.edlm.nce_train), unless --energy-out exists;
+  2. scores the first `--eval-tokens` characters of the test split: AR (exact), MDLM (NELBO), and EDLM-coAR,
+     EDLM-AR, EDLM-NCE in both forms of seqdiff.edlm.likelihood: `marginal` (a valid upper bound, Theorem-1
+     log-partition estimate with n draws) and `sequence` (the paper's form: exact for coAR, not a bound);
+  3. samples MDLM (cached sampler), EDLM-AR and EDLM-NCE (importance sampling, k = 2, w = 0.2) at several
+     step counts and reports generative perplexity under the oracle, unigram entropy and seconds per sample;
+  4. ablates k (1, 2, 4, 8) and w (0.2 .. 1.0) for EDLM-AR at one step count.
+Oracle: the AR model itself (no larger offline model exists for this alphabet). EDLM-AR's energy *is* that
+model, so its generative perplexity is flattered by construction; EDLM-NCE's is not (the report says so).
+Writes reports/edlm/{summary.json, README.md, gen_ppl_vs_time.png, ablation.png}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from seqdiff.checkpoint import load_checkpoint
+from seqdiff.config import SampleConfig
+from seqdiff.data.text import split_path, tokenize_file
+from seqdiff.edlm import load_energy
+from seqdiff.edlm.likelihood import edlm_model
+from seqdiff.edlm.nce_train import NCEConfig, train_nce
+from seqdiff.evaluation.generate import generate, write_atomically
+from seqdiff.evaluation.likelihood import evaluate_tokens
+from seqdiff.evaluation.metrics import SeqdiffAROracle, generation_metrics
+
+
+def log(msg: str) -> None:
+    print(f"[edlm] {msg}", flush=True)
+
+
+def likelihoods(mdlm, ar, energies, tokens, args) -> dict:
+    rows = {}
+    start = time.perf_counter()
+    rows["AR"] = evaluate_tokens(ar, tokens, batch_size=32)
+    rows["MDLM"] = evaluate_tokens(mdlm, tokens, batch_size=32, num_t_samples=args.num_t_samples, seed=1)
+    for name, energy in energies.items():
+        for form in ("marginal", "sequence"):
+            model = edlm_model(mdlm, energy, args.num_partition_samples, form)
+            key = f"{name} ({form})"
+            rows[key] = evaluate_tokens(model, tokens, batch_size=16, num_t_samples=args.num_t_samples, seed=1)
+            rows[key]["bound"] = form == "marginal"
+            rows[key]["num_partition_samples"] = args.num_partition_samples
+            log(f"{key}: {rows[key]['bits_per_character']:.4f} bpc")
+    log(f"likelihoods done in {time.perf_counter() - start:.0f}s")
+    return {k: {key: v[key] for key in ("bits_per_character", "nll_nats_per_token", "bound", "num_tokens",
+                                        "num_t_samples") if key in v} | ({"num_partition_samples":
+                                        v["num_partition_samples"]} if "num_partition_samples" in v else {})
+            for k, v in rows.items()}
+
+
+def sample_row(model, oracle, sampler, steps, n, options=None, seed=0) -> dict:
+    cfg = SampleConfig(sampler=sampler, steps=steps, num_samples=n, batch_size=n, seq_len=model.seq_len, seed=seed)
+    gen = generate(model, cfg, sampler_options=options)
+    m = generation_metrics(gen.tokens, gen.texts, oracle=oracle)
+    per = np.array([oracle.nll([text]) for text in gen.texts], dtype=np.float64)  # (n, 2): NLL sum, tokens
+    rate = per[:, 0].sum() / per[:, 1].sum()
+    se = math.sqrt(((per[:, 0] - rate * per[:, 1]) ** 2).sum() / (n * (n - 1))) / per[:, 1].mean()  # ratio est.
+    row = {"sampler": sampler, "steps": steps, "num_samples": n, "gen_perplexity": m["gen_perplexity"],
+           "gen_perplexity_interval": [math.exp(rate - 2 * se), math.exp(rate + 2 * se)],
+           "unigram_entropy_nats": m["unigram_entropy_nats"], "seconds_per_sample": gen.seconds / n,
+           "denoiser_calls": gen.denoiser_calls, "example": gen.texts[0][:120]}
+    if gen.stats:
+        row.update(gen.stats)
+    return row
+
+
+def speedup_at_equal_quality(mdlm_rows, edlm_rows) -> list[dict]:
+    """For each EDLM point, the MDLM time that reaches the same gen-PPL (log-log interpolation of the MDLM
+    curve, monotone part only) divided by EDLM's time; None outside MDLM's range."""
+    pts = sorted((r["seconds_per_sample"], r["gen_perplexity"]) for r in mdlm_rows)
+    out = []
+    for r in edlm_rows:
+        target, found = r["gen_perplexity"], None
+        for (t0, p0), (t1, p1) in zip(pts, pts[1:]):
+            if min(p0, p1) <= target <= max(p0, p1) and p0 != p1:
+                f = (math.log(target) - math.log(p0)) / (math.log(p1) - math.log(p0))
+                found = math.exp(math.log(t0) + f * (math.log(t1) - math.log(t0)))
+                break
+        out.append({"steps": r["steps"], "edlm_gen_perplexity": target, "edlm_seconds": r["seconds_per_sample"],
+                    "mdlm_seconds_at_equal_gen_ppl": found,
+                    "speedup": found / r["seconds_per_sample"] if found else None})
+    return out
+
+
+def plots(summary: dict, out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.5, 4.5))
+    for name, rows in summary["generation"].items():
+        rows = sorted(rows, key=lambda r: r["steps"])
+        ax.plot([r["seconds_per_sample"] for r in rows], [r["gen_perplexity"] for r in rows], marker="o", label=name)
+        for r in rows:
+            ax.annotate(str(r["steps"]), (r["seconds_per_sample"], r["gen_perplexity"]), fontsize=7)
+    ax.set(xscale="log", xlabel="seconds per sample (shared 2-core CPU)", ylabel="generative perplexity (AR oracle)",
+           title="quality vs wall-clock (labels: steps)")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out / "gen_ppl_vs_time.png", dpi=110)
+    plt.close(fig)
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for ax, key, label in [(axes[0], "k", "k (w = 0.2)"), (axes[1], "w", "window w (k = 2)")]:
+        rows = summary["ablation"][key]
+        xs = [r["edlm_k"] if key == "k" else r["edlm_window"] for r in rows]
+        ax.plot(xs, [r["gen_perplexity"] for r in rows], marker="o", label="gen PPL")
+        ax.set(xlabel=label, ylabel="generative perplexity")
+        ax2 = ax.twinx()
+        ax2.plot(xs, [r["unigram_entropy_nats"] for r in rows], marker="s", color="tab:red", label="entropy")
+        ax2.set_ylabel("unigram entropy (nats)", color="tab:red")
+        ax.grid(alpha=0.3)
+    fig.suptitle(f"EDLM-AR ablation, {summary['settings']['ablation_steps']} steps")
+    fig.tight_layout()
+    fig.savefig(out / "ablation.png", dpi=110)
+    plt.close(fig)
+
+
+def _fmt(x, digits=2) -> str:
+    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
+
+
+def goals(summary: dict) -> list[tuple[str, str, str]]:
+    """(goal, met / not met, the numbers) for the issue's three goals."""
+    out = []
+    gen = summary["generation"]
+    ref_h = summary.get("reference_unigram_entropy_nats")
+    for name in ("EDLM-AR", "EDLM-NCE"):
+        wins, collapse = [], []
+        for m, e in zip(gen["MDLM"], gen[name]):
+            wins.append(e["gen_perplexity"] < m["gen_perplexity"])
+            collapse.append(e["unigram_entropy_nats"] < 0.95 * m["unigram_entropy_nats"])
+        met = all(wins) and not any(collapse)
+        significant = sum(e.get("gen_perplexity_interval", [0, math.inf])[1] <
+                          m.get("gen_perplexity_interval", [0, 0])[0] for m, e in zip(gen["MDLM"], gen[name]))
+        detail = ", ".join(f"{m['steps']} steps: {e['gen_perplexity']:.2f} vs {m['gen_perplexity']:.2f} "
+                           f"(entropy {e['unigram_entropy_nats']:.3f} vs {m['unigram_entropy_nats']:.3f})"
+                           for m, e in zip(gen["MDLM"], gen[name]))
+        detail += f"; lower by more than ±2 s.e. at {significant}/{len(wins)} step counts"
+        out.append((f"{name} below MDLM in gen-PPL at equal steps, no entropy collapse (entropy >= 95% of "
+                    f"MDLM's; data: {_fmt(ref_h, 3)} nats)",
+                    ("met" if significant == len(wins) else "met in point estimates only (within noise)") if met else
+                    f"not met ({sum(wins)}/{len(wins)} step counts lower, {sum(collapse)} with lower entropy)",
+                    detail))
+    bpc = summary["bits_per_character"]
+    ar = bpc["AR"]["bits_per_character"]
+    for form in ("sequence", "marginal"):
+        co = bpc[f"EDLM-coAR ({form})"]["bits_per_character"]
+        gap = (co - ar) / ar
+        out.append((f"EDLM-coAR ({form} form) within 2% of AR in BPC", "met" if abs(gap) <= 0.02 else "not met",
+                    f"{co:.4f} vs AR {ar:.4f} ({100 * gap:+.1f}%)"))
+    for name in ("EDLM-AR", "EDLM-NCE"):
+        rows = summary["speedup_vs_mdlm_cached"][name]
+        speed = [r["speedup"] for r in rows if r["speedup"] is not None]
+        best = max(speed) if speed else None
+        # a speed-up at equal quality needs EDLM's quality gain to be real, not sampling noise
+        real = any(e.get("gen_perplexity_interval", [0, math.inf])[1] < m.get("gen_perplexity_interval", [0, 0])[0]
+                   for m, e in zip(gen["MDLM"], gen[name]))
+        verdict = "not met" if best is None or best < 1.3 else ("met" if real else
+                  "not shown: a ratio >= 1.3 comes from gen-PPL differences within ±2 s.e.")
+        out.append((f"{name} >= 1.3x faster than MDLM (cached sampler) at equal gen-PPL", verdict,
+                    "speedups where MDLM's curve reaches the same gen-PPL: " +
+                    (", ".join(f"{r['steps']} steps {r['speedup']:.2f}x" for r in rows if r["speedup"]) or
+                     "none (EDLM's gen-PPL is outside MDLM's range)")))
+    return out
+
+
+def write_readme(summary: dict, out: Path) -> None:
+    st = summary["settings"]
+    lines = [
+        "# EDLM on Shakespeare (character level)", "",
+        f"Produced by `{summary['command']}` (pipelines/edlm_experiment.py); numbers in `summary.json`; "
+        "the tables of later `--likelihood-only` runs name their own command, and `--from-summary` rewrites "
+        "this file. Base models: `seqdiff train --config configs/quickstart.yaml --run-dir RUN name=edlm-mdlm` "
+        "and the same with `method.name=ar`.",
+        f"Machine: {st['cpu_count']} shared CPU cores, {st['torch_threads']} torch thread, other jobs running "
+        f"(load average {st['load_average_at_end']:.1f} at the end): timings are noisy; compare ratios within "
+        f"this run only. Total {summary['seconds_total'] / 60:.1f} min.", "",
+        f"Base models: MDLM `{st['mdlm']}` (step {st['mdlm_step']}) and AR `{st['ar']}` (step {st['ar_step']}), "
+        "the `seqdiff quickstart` recipe (configs/quickstart.yaml: DiT 2 layers x 128, context 128, 1000 steps). "
+        f"NCE energy: {st['nce_steps']} steps against the frozen MDLM, final batch loss "
+        f"{_fmt((summary['nce_training'] or {}).get('loss'), 3)} (2 ln 2 = 1.386 at chance), accuracy "
+        f"{_fmt((summary['nce_training'] or {}).get('accuracy'), 3)}.", "",
+        "## Goals", "", "| goal | result | numbers |", "|---|---|---|"]
+    lines += [f"| {g} | {r} | {d} |" for g, r, d in goals(summary)]
+    bpc = summary["bits_per_character"]
+    gen = summary["generation"]
+    ess = {name: np.mean([r["mean_effective_sample_size"] for r in gen[name]]) for name in ("EDLM-AR", "EDLM-NCE")}
+    best = min(summary["ablation"]["k"] + summary["ablation"]["w"], key=lambda r: r["gen_perplexity"])
+    k1 = summary["ablation"]["k"][0]
+    lines += ["", "## Reading", "",
+              "- **Likelihood.** Only the `marginal` rows are upper bounds. They need per-position marginals of "
+              "the EDLM step, estimated by importance sampling from the MDLM with n draws; for the AR and coAR "
+              "energies the log-weights log p_AR - log mu of 128-character blocks spread over tens of nats "
+              f"(in sampling, k = 2 candidates give a mean effective sample size of {ess['EDLM-AR']:.2f}: one "
+              "candidate takes all the weight), so log Z_l is far underestimated and the bound, though valid, "
+              f"is very loose (EDLM-AR {bpc['EDLM-AR (marginal)']['bits_per_character']:.1f}, EDLM-coAR "
+              f"{bpc['EDLM-coAR (marginal)']['bits_per_character']:.1f} bpc; it shrinks as n grows, see the "
+              "reruns below). The briefly trained NCE energy varies less (mean ESS "
+              f"{ess['EDLM-NCE']:.2f} of 2): its bound, {bpc['EDLM-NCE (marginal)']['bits_per_character']:.3f} bpc, "
+              f"is informative, against MDLM's {bpc['MDLM']['bits_per_character']:.3f} on the same (t, x_t) draws" +
+              "".join(f"; with n = {r['num_partition_samples']} and {r['num_t_samples']} draws: "
+                      f"{r['bits_per_character']['EDLM-NCE (marginal)']['bits_per_character']:.3f} against "
+                      f"{r['bits_per_character']['MDLM']['bits_per_character']:.3f}"
+                      for r in summary.get("likelihood_reruns", [])) +
+              " (the sign of the difference is not resolved by these few draws of the one-position estimate).",
+              "- The `sequence` rows are the paper's form. For coAR it is exact and equals (1 - eps) x the AR NLL "
+              "in expectation (tests/test_edlm.py checks this by enumeration), so the 2% goal is met by "
+              "construction, up to Monte Carlo noise. For the AR energy it is not a bound at all: it tends to a "
+              "pseudo-likelihood of the masked block given context on both sides, and with small n the corrected "
+              "log Z estimate (2n-1) log Z_n - 2(n-1) log Z_{n-1} is dominated by single huge weights, which "
+              f"pushes the number below zero ({bpc['EDLM-AR (sequence)']['bits_per_character']:.2f} bpc here).",
+              "- **Generation.** The base models are tiny (2 layers, 1000 steps on a shared CPU): samples are far "
+              f"from the data (AR's own samples have gen-PPL {summary['ar_samples']['gen_perplexity']:.1f}, "
+              "MDLM's 30-45). With k = 2, w = 0.2 EDLM's gen-PPL is lower than MDLM's in the point estimates "
+              "but inside the ±2 s.e. intervals (24 samples per point; MDLM run through the EDLM loop with "
+              "k = 1, the same law as MDLM, moves as much). Entropy does not collapse (within 1% of MDLM's). "
+              f"The ablation's best point, k = {best['edlm_k']}, w = {best['edlm_window']} "
+              f"({best['gen_perplexity']:.1f}, interval {best['gen_perplexity_interval'][0]:.1f} - "
+              f"{best['gen_perplexity_interval'][1]:.1f}, against {k1['gen_perplexity']:.1f} for k = 1), hints "
+              "that a wider window helps, at about 4x the time per sample; not significant at this sample size.",
+              "- **Speed.** Timings come from a 2-core machine shared with other jobs (load ~15) and swing by 2x "
+              "between equal runs (compare the two MDLM rows); the interpolated speed-ups are noise. The 1.3x "
+              "goal is not shown: with ESS near 1 the importance steps cost k energy evaluations and buy little.",
+              "- EDLM-AR's oracle is its own energy model, which favours it; EDLM-NCE does not share that bias.", ""]
+    lines += ["", f"## Bits per character (first {st['eval_tokens']} characters of the test split)", "",
+              f"{st['num_t_samples']} Monte Carlo (t, x_t) draws per block; n = {st['num_partition_samples']} draws "
+              "of the MDLM per log-partition estimate.", "",
+              "| model | bpc | what it is |", "|---|---|---|"]
+    what = {"AR": "exact NLL", "MDLM": "NELBO (upper bound)"}
+    for name, row in summary["bits_per_character"].items():
+        desc = what.get(name) or ("upper bound (per-position marginals, Theorem-1 log Z)" if "marginal" in name
+                                  else "paper's sequence form: exact for coAR, NOT an upper bound otherwise")
+        lines.append(f"| {name} | {row['bits_per_character']:.4f} | {desc} |")
+    for rerun in summary.get("likelihood_reruns", []):
+        lines += ["", f"### Bits per character again: {rerun['eval_tokens']} characters, {rerun['num_t_samples']} "
+                  f"(t, x_t) draws per block, n = {rerun['num_partition_samples']}", "",
+                  f"Produced by `{rerun['command']}`.", "", "| model | bpc |", "|---|---|"]
+        lines += [f"| {name} | {row['bits_per_character']:.4f} |" for name, row in rerun["bits_per_character"].items()]
+    lines += ["", "## Generation (oracle: the AR model above)", "",
+              f"{st['num_samples']} samples of 128 characters per row; gen-PPL is per character under the oracle; "
+              "entropy is the mean unigram entropy of a sample in nats. EDLM: k = 2, w = 0.2. The oracle is "
+              "the same AR model that EDLM-AR uses as its energy (no other offline model with this alphabet), "
+              "so EDLM-AR's gen-PPL is flattered by construction; EDLM-NCE's is not. "
+              f"AR's own samples: gen-PPL {summary['ar_samples']['gen_perplexity']:.2f}, entropy "
+              f"{summary['ar_samples']['unigram_entropy_nats']:.3f}.", "",
+              "| sampler | steps | gen-PPL | ±2 s.e. interval | entropy | s / sample | mean ESS |",
+              "|---|---|---|---|---|---|---|"]
+    for name, rows in summary["generation"].items():
+        for r in rows:
+            lo, hi = r.get("gen_perplexity_interval", [None, None])
+            lines.append(f"| {name} | {r['steps']} | {r['gen_perplexity']:.2f} | {_fmt(lo)} - {_fmt(hi)} | "
+                         f"{r['unigram_entropy_nats']:.3f} | {r['seconds_per_sample']:.4f} | "
+                         f"{_fmt(r.get('mean_effective_sample_size'))} |")
+    lines += ["", "![gen-PPL vs wall-clock](gen_ppl_vs_time.png)", "",
+              "`MDLM via edlm sampler (k=1)` is MDLM in law, run through the EDLM sampler's per-row loop: the "
+              "timing baseline with the same bookkeeping overhead.", "",
+              f"## Ablation (EDLM-AR, {st['ablation_steps']} steps)", "",
+              "| k | w | gen-PPL | ±2 s.e. interval | entropy | s / sample | mean ESS |",
+              "|---|---|---|---|---|---|---|"]
+    for key in ("k", "w"):
+        for r in summary["ablation"][key]:
+            lo, hi = r.get("gen_perplexity_interval", [None, None])
+            lines.append(f"| {r['edlm_k']} | {r['edlm_window']} | {r['gen_perplexity']:.2f} | "
+                         f"{_fmt(lo)} - {_fmt(hi)} | "
+                         f"{r['unigram_entropy_nats']:.3f} | {r['seconds_per_sample']:.4f} | "
+                         f"{_fmt(r.get('mean_effective_sample_size'))} |")
+    lines += ["", "![ablation](ablation.png)", ""]
+    write_atomically(out / "README.md", "\n".join(lines))
+
+
+def reference_entropy(mdlm, seq_len: int, blocks: int = 64) -> float:
+    """Mean unigram entropy of test-split blocks of the sample length: what samples should match."""
+    from seqdiff.evaluation.metrics import unigram_entropy
+
+    tokens = np.asarray(tokenize_file(split_path(mdlm.data_config, "test"), mdlm.tokenizer))
+    return float(np.mean([unigram_entropy(tokens[i * seq_len : (i + 1) * seq_len]) for i in range(blocks)]))
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--mdlm", default="/work/runs/edlm/mdlm")
+    p.add_argument("--ar", default="/work/runs/edlm/ar")
+    p.add_argument("--energy-out", default="/work/runs/edlm/nce_energy.pt")
+    p.add_argument("--out", default="reports/edlm")
+    p.add_argument("--nce-steps", type=int, default=400)
+    p.add_argument("--eval-tokens", type=int, default=128 * 48)
+    p.add_argument("--num-t-samples", type=int, default=4)
+    p.add_argument("--num-partition-samples", type=int, default=8)
+    p.add_argument("--num-samples", type=int, default=24)
+    p.add_argument("--steps", default="8,16,32,64,128")
+    p.add_argument("--ablation-steps", type=int, default=32)
+    p.add_argument("--likelihood-only", action="store_true",
+                   help="score the test text again with these settings (--eval-tokens, --num-t-samples, "
+                        "--num-partition-samples) and add the table to an existing summary.json")
+    p.add_argument("--from-summary", action="store_true",
+                   help="rewrite README.md and the plots from an existing summary.json (no runs)")
+    args = p.parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    if args.from_summary:
+        summary = json.loads((out / "summary.json").read_text())
+        if "reference_unigram_entropy_nats" not in summary:
+            summary["reference_unigram_entropy_nats"] = reference_entropy(load_checkpoint(args.mdlm), 128)
+            write_atomically(out / "summary.json", json.dumps(summary, indent=2) + "\n")
+        plots(summary, out)
+        write_readme(summary, out)
+        return 0
+    torch.manual_seed(0)
+    t_start = time.perf_counter()
+    mdlm, ar = load_checkpoint(args.mdlm), load_checkpoint(args.ar)
+    energy_path = Path(args.energy_out)
+    nce_log = None
+    if not energy_path.is_file():
+        train_tokens = tokenize_file(split_path(mdlm.data_config, "train"), mdlm.tokenizer)
+        log(f"training the NCE energy for {args.nce_steps} steps")
+        _, nce_log = train_nce(mdlm, train_tokens, NCEConfig(steps=args.nce_steps, batch_size=32, lr=3e-4,
+                                                             warmup_steps=30), energy_path)
+    else:
+        nce_log = json.loads(Path(str(energy_path) + ".log.json").read_text())
+    energies = {"EDLM-coAR": load_energy(f"coar:{args.ar}", mdlm), "EDLM-AR": load_energy(f"ar:{args.ar}", mdlm),
+                "EDLM-NCE": load_energy(f"nce:{energy_path}", mdlm)}
+    test_tokens = np.asarray(tokenize_file(split_path(mdlm.data_config, "test"), mdlm.tokenizer))[: args.eval_tokens]
+    bpc = likelihoods(mdlm, ar, energies, test_tokens, args)
+    if args.likelihood_only:
+        summary = json.loads((out / "summary.json").read_text())
+        summary.setdefault("likelihood_reruns", []).append({
+            "command": "python -m pipelines.edlm_experiment " + " ".join(argv if argv is not None else sys.argv[1:]),
+            "eval_tokens": len(test_tokens), "num_t_samples": args.num_t_samples,
+            "num_partition_samples": args.num_partition_samples, "bits_per_character": bpc,
+            "seconds": time.perf_counter() - t_start})
+        write_atomically(out / "summary.json", json.dumps(summary, indent=2) + "\n")
+        write_readme(summary, out)
+        return 0
+
+    oracle = SeqdiffAROracle(ar)
+    n, steps_list = args.num_samples, [int(s) for s in args.steps.split(",")]
+    generation = {"MDLM": [], "EDLM-AR": [], "EDLM-NCE": [], "MDLM via edlm sampler (k=1)": []}
+    for steps in steps_list:
+        generation["MDLM"].append(sample_row(mdlm, oracle, "cached", steps, n))
+        generation["MDLM via edlm sampler (k=1)"].append(sample_row(
+            mdlm, oracle, "edlm", steps, n, {"energy": energies["EDLM-AR"], "k": 1, "window": 0.2}))
+        for name in ("EDLM-AR", "EDLM-NCE"):
+            generation[name].append(sample_row(mdlm, oracle, "edlm", steps, n,
+                                               {"energy": energies[name], "k": 2, "window": 0.2}))
+        log(f"steps {steps}: " + ", ".join(f"{k} {v[-1]['gen_perplexity']:.2f}" for k, v in generation.items()))
+    ar_row = sample_row(ar, oracle, "ar", 1, n)
+
+    ablation = {"k": [], "w": []}
+    for k in (1, 2, 4, 8):
+        ablation["k"].append(sample_row(mdlm, oracle, "edlm", args.ablation_steps, n,
+                                        {"energy": energies["EDLM-AR"], "k": k, "window": 0.2}))
+    for w in (0.2, 0.4, 0.6, 0.8, 1.0):
+        ablation["w"].append(sample_row(mdlm, oracle, "edlm", args.ablation_steps, n,
+                                        {"energy": energies["EDLM-AR"], "k": 2, "window": w}))
+    log("ablation done")
+    summary = {
+        "command": "python -m pipelines.edlm_experiment " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "settings": vars(args) | {"mdlm_step": mdlm.step, "ar_step": ar.step, "oracle": f"AR model {ar.path}",
+                                  "torch_threads": torch.get_num_threads(), "cpu_count": os.cpu_count(),
+                                  "load_average_at_end": os.getloadavg()[0]},
+        "nce_training": nce_log[-1] if nce_log else None,
+        "bits_per_character": bpc,
+        "generation": generation,
+        "ar_samples": ar_row,
+        "speedup_vs_mdlm_cached": {name: speedup_at_equal_quality(generation["MDLM"], generation[name])
+                                   for name in ("EDLM-AR", "EDLM-NCE")},
+        "speedup_vs_mdlm_same_loop": {name: speedup_at_equal_quality(generation["MDLM via edlm sampler (k=1)"],
+                                                                     generation[name])
+                                      for name in ("EDLM-AR", "EDLM-NCE")},
+        "ablation": ablation,
+        "reference_unigram_entropy_nats": reference_entropy(mdlm, mdlm.seq_len),
+        "seconds_total": time.perf_counter() - t_start,
+    }
+    write_atomically(out / "summary.json", json.dumps(summary, indent=2) + "\n")
+    plots(summary, out)
+    write_readme(summary, out)
+    log(f"done in {summary['seconds_total']:.0f}s: {out / 'summary.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
