@@ -408,8 +408,12 @@ def _overlap_note(q: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="seqdiff frontier", description=__doc__.split("\n")[0])
     add_arguments(parser)
-    args = parser.parse_args(argv)
-    if args.render_only:
+    return run_command(parser.parse_args(argv))
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """`seqdiff frontier` and `python -m pipelines.frontier`: run (or, with --render-only, re-render) and report."""
+    if args.render_only:  # README / figures again from an earlier run's numbers
         render_existing(Path(args.out))
         return 0
     result = run_frontier(args)

@@ -294,15 +294,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_frontier(args: argparse.Namespace) -> int:
-    from pipelines.frontier import markdown, render_existing, run_frontier, write_report
+    from pipelines.frontier import run_command
 
-    if args.render_only:  # README / figures again from an earlier run's numbers
-        render_existing(Path(args.out))
-        return 0
-    result = run_frontier(args)
-    write_report(result, Path(args.out))
-    print(markdown(result))
-    return 0
+    return run_command(args)
 
 
 def cmd_config(args: argparse.Namespace) -> int:

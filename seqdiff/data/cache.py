@@ -146,18 +146,25 @@ def _remove_stale_builds(root: Path) -> None:
             pass
 
 
+def _intact(folder: Path, log: Callable[[str], None] | None) -> bool:
+    """Whether a cache folder exists and passes its checks; a corrupt one is reported (and then rebuilt)."""
+    if not folder.exists():
+        return False
+    problems = _problems(folder)
+    if problems:
+        (log or (lambda message: print(message, file=sys.stderr)))(
+            f"seqdiff: tokenized cache {folder} is corrupt ({'; '.join(problems)}); rebuilding it")
+    return not problems
+
+
 def load_or_build(fields: dict[str, Any],
                   build: Callable[[], tuple[dict[str, np.ndarray], dict[str, Any]]],
                   root: str | Path | None = None,
                   log: Callable[[str], None] | None = None) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """The cached arrays (memory-mapped) and meta for `fields`; built, written and reopened on a miss."""
-    log = log or (lambda message: print(message, file=sys.stderr))
     folder = Path(root or cache_root()) / cache_key(fields)
-    if folder.exists():
-        problems = _problems(folder)
-        if not problems:
-            return _open(folder)
-        log(f"seqdiff: tokenized cache {folder} is corrupt ({'; '.join(problems)}); rebuilding it")
+    if _intact(folder, log):
+        return _open(folder)
     arrays, meta = build()
     _write(folder, fields, arrays, meta)
     return _open(folder)
@@ -168,12 +175,8 @@ def load_or_build_into(fields: dict[str, Any], build_into: Callable[[Path], dict
                        log: Callable[[str], None] | None = None) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """Like `load_or_build`, for builds larger than memory: on a miss `build_into(folder)` writes the .npy
     shards itself (e.g. `seqdiff.data.streaming.build_streaming`) and returns the meta."""
-    log = log or (lambda message: print(message, file=sys.stderr))
     folder = Path(root or cache_root()) / cache_key(fields)
-    if folder.exists():
-        problems = _problems(folder)
-        if not problems:
-            return _open(folder)
-        log(f"seqdiff: tokenized cache {folder} is corrupt ({'; '.join(problems)}); rebuilding it")
+    if _intact(folder, log):
+        return _open(folder)
     _write_with(folder, fields, build_into)
     return _open(folder)
