@@ -76,6 +76,8 @@ class Options:
     speed_rounds: int = 3
     until: str = "report"
     """Last stage to run: train, eval or report."""
+    max_test_windows: int | None = None
+    """FASTA data: score this many evenly spaced test tiles (None: all)."""
 
 
 class CompareError(ValueError):
@@ -124,28 +126,56 @@ def train_method(config: RunConfig, run_dir: Path) -> None:
         (run_dir / DONE_MARKER).write_text(time.strftime("%Y-%m-%dT%H:%M:%SZ\n", time.gmtime()))
 
 
-def evaluate_method(config: RunConfig, run_dir: Path, num_t_samples: int) -> dict[str, Any]:
-    """Test NLL (bound) of the finished run, cached in <run>/eval/compare.json by step and t-samples."""
+def _score_text(config: RunConfig, model, t_samples: int, max_test_windows: int | None) -> dict[str, Any]:
+    """The whole test file as one token stream, tiled into blocks."""
+    test_path = split_path(config.data, "test")
+    tokens = tokenize_file(test_path, model.tokenizer)
+    report = evaluate_tokens(model, tokens, batch_size=config.data.eval_batch_size, num_t_samples=t_samples,
+                             seed=0)
+    characters = len(read_text_file(test_path))
+    # the same total over the file's characters: comparable across tokenizers
+    report.update({"test_file": str(test_path), "test_characters": characters,
+                   "bits_per_character_of_text": report["nll_nats_per_token"] * report["num_tokens"] / characters
+                   / math.log(2)})
+    return report
+
+
+def _score_fasta(config: RunConfig, model, t_samples: int, max_test_windows: int | None) -> dict[str, Any]:
+    """The test split's deterministic tiles (N never scored), evenly thinned to `max_test_windows`: the
+    scoring of pipelines/dna_experiment, so the numbers compare with reports/dna."""
+    from pipelines.dna_experiment import evenly, test_bits
+    from seqdiff.data import build_data_module
+
+    dm = build_data_module(config.data, model.tokenizer)
+    dm.check_files()
+    n_tiles = len(dm.eval_dataset("test"))
+    index = evenly(n_tiles, max_test_windows)
+    report = test_bits(model, dm, index, t_samples, config.data.eval_batch_size)
+    report.update({"test_file": str(config.data.fasta), "test_windows": {"used": len(index), "total": n_tiles}})
+    return report
+
+
+# How each data kind's test split is scored.
+TEST_SCORERS = {"text": _score_text, "fasta": _score_fasta}
+
+
+def evaluate_method(config: RunConfig, run_dir: Path, num_t_samples: int,
+                    max_test_windows: int | None = None) -> dict[str, Any]:
+    """Test NLL (bound) of the finished run, cached in <run>/eval/compare.json by step, t-samples and windows."""
     model = load_checkpoint(run_dir)
     t_samples = 1 if model.method.name == "ar" else num_t_samples
     cache = run_dir / "eval" / "compare.json"
     if cache.is_file():
         cached = json.loads(cache.read_text())
-        if cached.get("step") == model.step and cached.get("num_t_samples_asked") == t_samples:
+        if (cached.get("step"), cached.get("num_t_samples_asked"), cached.get("max_test_windows")) == (
+                model.step, t_samples, max_test_windows):
             return cached
-    test_path = split_path(config.data, "test")
-    tokens = tokenize_file(test_path, model.tokenizer)
     t0 = time.perf_counter()
-    report = evaluate_tokens(model, tokens, batch_size=config.data.eval_batch_size, num_t_samples=t_samples,
-                             seed=0)
-    characters = len(read_text_file(test_path))
+    report = TEST_SCORERS[config.data.kind](config, model, t_samples, max_test_windows)
     report.update({
         "num_t_samples_asked": t_samples,
+        "max_test_windows": max_test_windows,
         "step": model.step,
-        "test_file": str(test_path),
-        "test_characters": characters,
-        # the same total over the file's characters: comparable across tokenizers
-        "bits_per_character_of_text": report["nll_nats_per_token"] * report["num_tokens"] / characters / math.log(2),
         "eval_seconds": time.perf_counter() - t0,
         "parameters": sum(p.numel() for p in model.backbone.parameters()),
     })
@@ -222,7 +252,7 @@ def run(opts: Options, command: str) -> dict[str, Any] | None:
         "tokens_per_step": base.data.batch_size * base.data.seq_len,
     }
     for method in opts.methods:
-        report = evaluate_method(configs[method], run_dirs[method], opts.num_t_samples)
+        report = evaluate_method(configs[method], run_dirs[method], opts.num_t_samples, opts.max_test_windows)
         timing = run_dirs[method] / "timing.json"
         report["train_seconds"] = json.loads(timing.read_text())["train_seconds"] if timing.is_file() else None
         report["tokens_seen"] = report["step"] * results["tokens_per_step"]
@@ -265,16 +295,20 @@ def _merge_summary(path: Path, name: str, results: dict[str, Any]) -> None:
     write_atomically(path, json.dumps(summary, indent=2) + "\n")
 
 
+# Tokenizers whose tokens are characters / bases: their own bits column (others: bits per character of text).
+_UNIT_BITS = {"char": ("bits/char", "bits_per_character"), "nucleotide": ("bits/base", "bits_per_base")}
+
+
 def table(results: dict[str, Any]) -> str:
-    char = results["recipe"]["data"]["tokenizer"] == "char"
-    rows = ["| method | test nats/token | PPL | bits/char | vs AR | kind | params | train s | sampler (steps) "
+    unit = _UNIT_BITS.get(results["recipe"]["data"]["tokenizer"], ("bits/char", "bits_per_character_of_text"))
+    rows = [f"| method | test nats/token | PPL | {unit[0]} | vs AR | kind | params | train s | sampler (steps) "
             "| samples/s | speed vs AR |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for method, r in results["methods"].items():
         kind = f"bound ({r['num_t_samples']} t)" if r["bound"] else "exact"
         gap = f"{100 * r['relative_gap_vs_ar']:+.1f}%" if "relative_gap_vs_ar" in r else "-"
         speed = f"{r['speed_vs_ar']:.2f}x" if "speed_vs_ar" in r else "-"
         steps = f" ({r['sample_steps']})" if r["sample_steps"] else ""
-        bpc = r["bits_per_character"] if char else r["bits_per_character_of_text"]
+        bpc = r[unit[1]]
         train_s = f"{r['train_seconds']:.0f}" if r["train_seconds"] else "-"
         rows.append(f"| {method} | {r['nll_nats_per_token']:.4f} | {r['perplexity']:.3f} | {bpc:.4f} | {gap} | "
                     f"{kind} | {r['parameters']:,} | {train_s} | {r['sampler']}{steps} | "
@@ -300,8 +334,9 @@ def markdown(results: dict[str, Any]) -> str:
         f"embedding), blocks of {d['seq_len']} tokens, batch {d['batch_size']}, {t['max_steps']} steps "
         f"({results['tokens_per_step'] * t['max_steps']:,} training tokens), AdamW lr {t['lr']}, "
         f"{t['lr_schedule']} schedule, EMA {t['ema_decay']} weights for evaluation, seed {t['seed']}.",
-        "Test numbers on the held-out test file: exact NLL for AR, the NELBO upper bound for diffusion methods "
-        "(Monte Carlo over times). bits/char: the total over the test text's characters.",
+        "Test numbers on the held-out test split: exact NLL for AR, the NELBO upper bound for diffusion methods "
+        "(Monte Carlo over times). bits/char: the total over the test text's characters; bits/base: over the "
+        "scored (non-N) bases of the test tiles" + _windows_note(any_r) + ".",
         f"Sampling: {s['num_samples']} samples of {s['seq_len']} tokens in one batch, each method's default "
         f"sampler, {s['steps']} steps for diffusion samplers; median of {s['rounds']} interleaved rounds.",
         "",
@@ -317,6 +352,11 @@ def markdown(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _windows_note(report: dict[str, Any]) -> str:
+    windows = report.get("test_windows")
+    return f" ({windows['used']:,} of {windows['total']:,} tiles, evenly spaced)" if windows else ""
+
+
 def parse_args(argv: list[str] | None) -> Options:
     p = argparse.ArgumentParser(prog="python -m pipelines.compare_methods", description=__doc__.split("\n")[0])
     p.add_argument("--config", help="the shared YAML recipe (see configs/)")
@@ -330,6 +370,8 @@ def parse_args(argv: list[str] | None) -> Options:
     p.add_argument("--speed-rounds", type=int, default=3, help="interleaved timing rounds")
     p.add_argument("--until", choices=["train", "eval", "report"], default="report",
                    help="last stage: train, eval (test bound, cached per run) or report (timing and files)")
+    p.add_argument("--max-test-windows", type=int, default=None,
+                   help="FASTA data: evenly spaced test tiles to score (default: all)")
     p.add_argument("overrides", nargs="*", help="section.key=value overrides of the shared recipe")
     a = p.parse_args(argv)
     methods = [m for m in a.methods.split(",") if m]
@@ -340,7 +382,8 @@ def parse_args(argv: list[str] | None) -> Options:
             p.error(f"--{key.replace('_', '-')} must be >= 1")
     return Options(config=a.config, overrides=a.overrides, methods=methods, run_root=Path(a.run_root),
                    out=Path(a.out), name=a.name, num_t_samples=a.num_t_samples, sample_num=a.sample_num,
-                   sample_steps=a.sample_steps, speed_rounds=a.speed_rounds, until=a.until)
+                   sample_steps=a.sample_steps, speed_rounds=a.speed_rounds, until=a.until,
+                   max_test_windows=a.max_test_windows)
 
 
 def main(argv: list[str] | None = None) -> int:
