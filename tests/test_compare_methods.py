@@ -68,3 +68,27 @@ def test_unknown_method_is_named(tiny, capsys):
     assert cm.main(["--methods", "ar,sedd", "--run-root", str(root / "runs"), "--until", "train", *overrides]) == 2
     assert "unknown method 'sedd'" in capsys.readouterr().err
     assert not (root / "runs" / "ar").exists()  # nothing trained before every name was checked
+
+
+def test_compare_scores_fasta_recipes_on_test_tiles(tmp_path, capsys):
+    """A FASTA recipe is scored on the test split's tiles (here the real chr20 slices' BED test interval),
+    evenly thinned by --max-test-windows, and reported in bits per base."""
+    fixtures = "tests/fixtures/grch37_chr20_slices"
+    overrides = ["model.preset=test", "model.hidden_size=32", "model.n_layers=1", "model.max_seq_len=64",
+                 "data.kind=fasta", "data.tokenizer=nucleotide", f"data.fasta={fixtures}.fa.gz",
+                 "data.split_mode=bed", f"data.bed={fixtures}.bed", "data.seq_len=64", "data.batch_size=4",
+                 "data.eval_batch_size=8", "train.max_steps=2", "train.warmup_steps=1", "train.val_every=2",
+                 "train.val_batches=1", "train.checkpoint_every=2", "train.log_every=1", "train.progress_bar=false"]
+    out = tmp_path / "report"
+    argv = ["--methods", "ar,mdlm", "--run-root", str(tmp_path / "runs"), "--out", str(out), "--name", "dna",
+            "--num-t-samples", "1", "--sample-num", "2", "--sample-steps", "4", "--speed-rounds", "1",
+            "--max-test-windows", "5", *overrides]
+    assert cm.main(argv) == 0
+    results = json.loads((out / "dna.json").read_text())
+    for r in results["methods"].values():
+        # 5,000 test bases in tiles of 64: 79 tiles, 5 of them scored
+        assert r["test_windows"] == {"used": 5, "total": 79}
+        assert 0 < r["num_tokens"] <= 5 * 64
+        assert r["bits_per_base"] == pytest.approx(r["nll_nats_per_token"] / math.log(2), rel=1e-9)
+    assert "| bits/base |" in (out / "dna.md").read_text()
+    capsys.readouterr()
