@@ -432,7 +432,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "default: the final output")
     p.add_argument("--rc-average", action="store_true", help="average embeddings with the reverse complement's")
     p.add_argument("--pool", choices=["mean", "flatten"], default="mean",
-                   help="frozen probe: mean over real positions, or every position's state side by side")
+                   help="frozen probe and fine-tuning head: mean over real positions, or every position's state "
+                        "side by side")
     p.add_argument("--skip", nargs="*", default=[],
                    choices=["frozen", "finetune", "random", "kmer", "cnn", "checkpoints"],
                    help="rows to leave out (checkpoints: the checkpoints' own rows; they still give the random-init "

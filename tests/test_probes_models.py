@@ -133,6 +133,21 @@ def test_finetune_learns_a_separable_task_and_keeps_the_best_epoch():
     assert val >= 0.9 and test >= 0.8 and 0 <= epoch < 3
 
 
+def test_finetune_with_a_flatten_head_learns_a_positional_task():
+    """The label is the base at one fixed position, every base uniform: no composition signal to pool, the
+    flatten head reads the position directly."""
+    rng = np.random.default_rng(3)
+    seqs = ["".join(rng.choice(list("ACGT"), size=16)) for _ in range(160)]
+    labels = np.array([int(s[5] in "AC") for s in seqs])
+    ids, mask = encode_batch(TOK, seqs)
+    y = torch.from_numpy(labels)
+    data = {"train": (ids[:112], mask[:112], y[:112]), "val": (ids[112:136], mask[112:136], y[112:136]),
+            "test": (ids[136:], mask[136:], y[136:])}
+    enc = BackboneEncoder(backbone(False), TOK.complement_ids, pool="flatten", length=16).train()
+    val, test, _ = finetune(enc, 2, data, FinetuneConfig(epochs=6, lr=3e-3, batch_size=16), seed=0)
+    assert val >= 0.9 and test >= 0.85
+
+
 # ------------------------------------------------------------------------------------------- CLI
 @pytest.fixture(scope="module")
 def dna_run(tmp_path_factory):

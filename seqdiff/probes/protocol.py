@@ -48,7 +48,8 @@ class ProbeConfig:
     rc_average: bool = False
     """Average each embedding with its reverse complement's."""
     pool: str = "mean"
-    """Frozen probe pooling: "mean" over real positions, or "flatten" (every position's state; fixed length)."""
+    """Pooling of the frozen probe and of the fine-tuning head: "mean" over real positions, or "flatten" (every
+    position's state side by side, padding zeroed; a position-aware head for motifs at fixed offsets)."""
     finetune: FinetuneConfig = field(default_factory=FinetuneConfig)
     cnn: FinetuneConfig = field(default_factory=lambda: FinetuneConfig(epochs=10, lr=1e-3, dropout=0.0))
     """Training of the CNN baseline (the Genomic Benchmarks experiments used Adam at 1e-3)."""
@@ -154,10 +155,13 @@ def _finetune(model: ProbeModel, split: Split, seed: int, config: ProbeConfig):
     from seqdiff.probes.finetune import finetune
     from seqdiff.probes.linear import Selected
 
+    length = max(len(s) for seqs in split.sequences().values() for s in seqs)  # flatten: one padded length
     encoder = BackboneEncoder(copy.deepcopy(model.backbone).train(), model.tokenizer.complement_ids,
-                              None if config.layer == BEST_LAYER else config.layer, config.rc_average)
+                              None if config.layer == BEST_LAYER else config.layer, config.rc_average,
+                              pool=config.pool, length=length)
     n_classes = int(split.train.labels.max()) + 1
-    val, test, epoch = finetune(encoder, n_classes, _tensors(model.tokenizer, split), config.finetune, seed,
+    tensors = _tensors(model.tokenizer, split, length if config.pool == "flatten" else None)
+    val, test, epoch = finetune(encoder, n_classes, tensors, config.finetune, seed,
                                 accelerator=_accelerator(config.device))
     return Selected(val, test, {"epoch": epoch + 1})
 
