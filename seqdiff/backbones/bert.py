@@ -32,6 +32,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from seqdiff.backbones.activations import ACTIVATIONS
+from seqdiff.backbones.dit import init_normal_002
 from seqdiff.config import ConfigError, ModelConfig
 
 LAYER_NORM_EPS = 1e-12
@@ -130,13 +131,7 @@ class Bert(nn.Module):
         self.head = BertLMHead(cfg.hidden_size, vocab_size, cfg.activation)
         self.apply(self._init_weights)
 
-    @staticmethod
-    def _init_weights(module: nn.Module) -> None:
-        """BERT's initialization: N(0, 0.02) weights, zero biases, identity LayerNorms."""
-        if isinstance(module, (nn.Linear, nn.Embedding)):
-            nn.init.normal_(module.weight, mean=0.0, std=0.02)
-        if isinstance(module, nn.Linear) and module.bias is not None:
-            nn.init.zeros_(module.bias)
+    _init_weights = staticmethod(init_normal_002)  # BERT's initialization (LayerNorms start as identity)
 
     def forward(self, input_ids: Tensor, noise_level: Tensor | None = None,
                 attention_mask: Tensor | None = None) -> Tensor:

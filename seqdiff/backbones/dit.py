@@ -179,6 +179,14 @@ class DiTBlock(nn.Module):
         return torch.addcmul(x, gate2, h)
 
 
+def init_normal_002(module: nn.Module) -> None:
+    """GPT-2 / BERT initialization: N(0, 0.02) weights of linear and embedding layers, zero biases."""
+    if isinstance(module, (nn.Linear, nn.Embedding)):
+        nn.init.normal_(module.weight, mean=0.0, std=0.02)
+    if isinstance(module, nn.Linear) and module.bias is not None:
+        nn.init.zeros_(module.bias)
+
+
 class DiT(nn.Module):
     """Token ids [B, L] (+ noise level [B]) -> logits [B, L, vocab_size] (float32)."""
 
@@ -207,12 +215,7 @@ class DiT(nn.Module):
             nn.init.zeros_(self.final_modulation.weight)
             nn.init.zeros_(self.final_modulation.bias)
 
-    @staticmethod
-    def _init_weights(module: nn.Module) -> None:
-        if isinstance(module, (nn.Linear, nn.Embedding)):
-            nn.init.normal_(module.weight, mean=0.0, std=0.02)
-        if isinstance(module, nn.Linear) and module.bias is not None:
-            nn.init.zeros_(module.bias)
+    _init_weights = staticmethod(init_normal_002)
 
     # ------------------------------------------------------------------------------------------------
     # Public API

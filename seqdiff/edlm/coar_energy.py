@@ -15,25 +15,14 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from seqdiff.checkpoint import LoadedModel
-from seqdiff.edlm.ar_energy import ar_token_log_probs, check_ar_model
-from seqdiff.edlm.base import Energy
+from seqdiff.edlm.ar_energy import AREnergy, ar_token_log_probs
 
 
-class CarryOverAREnergy(Energy):
+class CarryOverAREnergy(AREnergy):
+    """AREnergy's model and loading; only the masked positions' AR terms enter (carried-over tokens are given)."""
+
     name = "coar"
     self_normalized = True
-
-    def __init__(self, ar: LoadedModel, vocab_size: int, mask_id: int):
-        check_ar_model(ar, vocab_size)
-        self.ar, self.mask_id = ar, mask_id
-
-    @classmethod
-    def load(cls, path: str, mdlm: LoadedModel, device: str = "cpu") -> CarryOverAREnergy:
-        """The energy of the AR checkpoint / run directory at `path`, for the MDLM `mdlm`."""
-        from seqdiff.checkpoint import load_checkpoint
-
-        return cls(load_checkpoint(path, device=device), mdlm.tokenizer.vocab_size, mdlm.tokenizer.mask_id)
 
     def energy(self, x0: Tensor, xt: Tensor, log_mu: Tensor) -> Tensor:
         token_lp = ar_token_log_probs(self.ar, x0)  # (N, L)
