@@ -380,6 +380,8 @@ def parse_args(argv: list[str] | None) -> Options:
     for key in ("num_t_samples", "sample_num", "speed_rounds"):
         if getattr(a, key) < 1:
             p.error(f"--{key.replace('_', '-')} must be >= 1")
+    if a.max_test_windows is not None and a.max_test_windows < 1:
+        p.error("--max-test-windows must be >= 1 (leave it out to score every test tile)")
     return Options(config=a.config, overrides=a.overrides, methods=methods, run_root=Path(a.run_root),
                    out=Path(a.out), name=a.name, num_t_samples=a.num_t_samples, sample_num=a.sample_num,
                    sample_steps=a.sample_steps, speed_rounds=a.speed_rounds, until=a.until,
