@@ -238,6 +238,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
     import shlex
 
     from seqdiff.probes import load_benchmark
+    from seqdiff.probes.finetune import FinetuneConfig
     from seqdiff.probes.protocol import ProbeConfig, load_probe_model, run_protocol
     from seqdiff.probes.report import format_row, write_report
 
@@ -245,7 +246,8 @@ def cmd_probe(args: argparse.Namespace) -> int:
     models = [load_probe_model(path, device=args.device, use_ema=not args.no_ema) for path in args.checkpoints]
     config = ProbeConfig(seeds=args.seeds, finetune_seeds=args.finetune_seeds, layer=args.layer,
                          rc_average=args.rc_average, pool=args.pool, device=args.device)
-    config.finetune.epochs, config.finetune.lr = args.epochs, args.lr
+    config.finetune = FinetuneConfig(epochs=args.epochs, lr=args.lr, head_epochs=args.head_epochs,
+                                     encoder_lr_scale=args.encoder_lr_scale)
     config.cnn.epochs = args.cnn_epochs
     probes = tuple(p for p in ("frozen", "finetune") if p not in args.skip)
     baselines = tuple(b for b in ("random", "kmer", "cnn") if b not in args.skip and (b != "random" or models))
@@ -426,6 +428,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--finetune-seeds", type=int, default=None, help="seeds for trained rows (default: --seeds)")
     p.add_argument("--epochs", type=int, default=3, help="fine-tuning epochs (best on validation is kept)")
     p.add_argument("--lr", type=float, default=3e-4, help="fine-tuning learning rate")
+    p.add_argument("--head-epochs", type=int, default=0,
+                   help="epochs training only the head, backbone frozen, before the --epochs end-to-end ones (LP-FT)")
+    p.add_argument("--encoder-lr-scale", type=float, default=1.0,
+                   help="the backbone's fine-tuning learning rate is --lr times this (the head's is --lr)")
     p.add_argument("--cnn-epochs", type=int, default=10, help="CNN baseline epochs (best on validation is kept)")
     p.add_argument("--layer", type=_layer, default=None,
                    help="layer for the frozen probe: 0 (embeddings) .. n_layers, or 'best' (chosen on validation); "

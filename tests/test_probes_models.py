@@ -148,6 +148,59 @@ def test_finetune_with_a_flatten_head_learns_a_positional_task():
     assert val >= 0.9 and test >= 0.85
 
 
+def _toy_finetune_data():
+    seqs, labels = toy_sequences(96, 16, seed=0)
+    ids, mask = encode_batch(TOK, seqs)
+    y = torch.from_numpy(labels)
+    return {"train": (ids[:64], mask[:64], y[:64]), "val": (ids[64:80], mask[64:80], y[64:80]),
+            "test": (ids[80:], mask[80:], y[80:])}
+
+
+def test_head_epochs_leave_the_encoder_bit_identical_and_train_the_head():
+    """LP-FT's first phase: with weight decay on, a frozen encoder must still not move (no grads, so AdamW
+    skips it); the head must."""
+    from seqdiff.probes.finetune import SequenceClassifier
+
+    enc = BackboneEncoder(backbone(False), TOK.complement_ids).train()
+    before = {k: v.clone() for k, v in enc.state_dict().items()}
+    seen = {}
+    original = SequenceClassifier.on_validation_epoch_end
+
+    def spy(self):  # the head's weights after each epoch, and whether the encoder was frozen during it
+        seen[self.current_epoch] = (self.head.weight.detach().clone(), self.encoder_frozen())
+        original(self)
+
+    SequenceClassifier.on_validation_epoch_end = spy
+    try:
+        config = FinetuneConfig(epochs=0, head_epochs=2, lr=3e-3, batch_size=16, weight_decay=0.1)
+        finetune(enc, 2, _toy_finetune_data(), config, seed=0)
+    finally:
+        SequenceClassifier.on_validation_epoch_end = original
+    assert all(torch.equal(before[k], v) for k, v in enc.state_dict().items())
+    assert seen[0][1] and seen[1][1] and not torch.equal(seen[0][0], seen[1][0])
+    assert all(p.requires_grad for p in enc.parameters())  # handed back trainable
+
+
+def test_encoder_moves_after_the_head_epochs_at_its_scaled_learning_rate():
+    from seqdiff.probes.finetune import SequenceClassifier
+
+    enc = BackboneEncoder(backbone(False), TOK.complement_ids).train()
+    before = {k: v.clone() for k, v in enc.state_dict().items()}
+    finetune(enc, 2, _toy_finetune_data(), FinetuneConfig(epochs=1, head_epochs=1, lr=3e-3, batch_size=16), seed=0)
+    assert any(not torch.equal(before[k], v) for k, v in enc.state_dict().items())
+    module = SequenceClassifier(enc, 2, lr=1e-3, encoder_lr_scale=0.1)
+    head_group, encoder_group = module.configure_optimizers()["optimizer"].param_groups
+    assert head_group["lr"] == pytest.approx(1e-3) and encoder_group["lr"] == pytest.approx(1e-4)
+    assert len(encoder_group["params"]) == len(list(enc.parameters()))
+
+
+def test_finetune_config_refuses_no_epochs_and_negative_scales():
+    with pytest.raises(ValueError, match="at least one epoch"):
+        FinetuneConfig(epochs=0, head_epochs=0)
+    with pytest.raises(ValueError, match="encoder_lr_scale"):
+        FinetuneConfig(encoder_lr_scale=-1.0)
+
+
 # ------------------------------------------------------------------------------------------- CLI
 @pytest.fixture(scope="module")
 def dna_run(tmp_path_factory):
@@ -232,11 +285,26 @@ def test_published_rows_are_printed_only_where_listed(monkeypatch):
     from seqdiff.probes import report
 
     assert "Genomic Benchmarks datasets only" in report.published_lines("splice")[0]
+    monkeypatch.delitem(report.PUBLISHED, "human_nontata_promoters")
     assert "No published numbers" in report.published_lines("human_nontata_promoters")[0]
     row = report.PublishedRow("Some model", 0.9123, 0.004, "Paper 2024, Table 9")
     monkeypatch.setitem(report.PUBLISHED, "human_nontata_promoters", [row])
     lines = report.published_lines("human_nontata_promoters")
     assert lines[-1] == "| Some model | 91.2 | ±0.4 | Paper 2024, Table 9 |"
+
+
+def test_every_genomic_benchmarks_dataset_has_its_published_rows_under_any_name():
+    """Each of the eight datasets: the benchmark's CNN and Caduceus Table 1's four rows, each citing its source;
+    a short alias finds the same rows."""
+    from seqdiff.probes import report
+    from seqdiff.probes.genomic_benchmarks import DATASETS
+
+    assert set(report.PUBLISHED) == set(DATASETS)
+    for rows in report.PUBLISHED.values():
+        assert [r.model for r in rows][1:] == ["CNN", "HyenaDNA", "Caduceus-Ph", "Caduceus-PS"]
+        assert all(0.5 < r.accuracy < 1 and r.citation for r in rows)
+    lines = report.published_lines("dummy_mouse_enhancers")
+    assert "| Caduceus-PS | 79.3 | ±5.8 |" in lines[-1] and len(lines) == 2 + 5
 
 
 @pytest.mark.parametrize("causal", [False, True])

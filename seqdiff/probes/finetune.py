@@ -2,6 +2,11 @@
 with Lightning; the epoch with the best validation accuracy is kept (model selection on validation) and
 only that one is scored on the test set.
 
+Optionally in two phases (LP-FT, Kumar et al. 2022, "Fine-Tuning can Distort Pretrained Features"): first
+`head_epochs` with the encoder frozen, so the fresh head is already useful when the encoder starts to move,
+then end-to-end epochs with the encoder's learning rate scaled by `encoder_lr_scale`. Large early gradients
+through a random head are what distorts pretrained features; both knobs limit them.
+
 The encoder is a pretrained backbone (`embeddings.BackboneEncoder`, mean pooling over real positions), the
 same backbone randomly initialized, or the Genomic Benchmarks CNN.
 """
@@ -20,6 +25,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, TensorDataset
 
+from seqdiff.probes.data import ProbeError
+
 
 @dataclass
 class FinetuneConfig:
@@ -31,13 +38,28 @@ class FinetuneConfig:
     batch_size: int = 32
     dropout: float = 0.1
     """Dropout on the pooled features before the head."""
+    head_epochs: int = 0
+    """Epochs that train only the head, encoder frozen, before the `epochs` end-to-end ones (LP-FT)."""
+    encoder_lr_scale: float = 1.0
+    """The encoder's learning rate is lr * encoder_lr_scale; the head's is lr."""
+
+    def __post_init__(self) -> None:
+        if self.epochs < 0 or self.head_epochs < 0 or self.epochs + self.head_epochs < 1:
+            raise ProbeError(f"fine-tuning needs epochs >= 0, head_epochs >= 0 and at least one epoch in all, "
+                             f"got epochs={self.epochs}, head_epochs={self.head_epochs}")
+        if not self.encoder_lr_scale >= 0:
+            raise ProbeError(f"encoder_lr_scale must be >= 0, got {self.encoder_lr_scale}")
 
 
 class SequenceClassifier(L.LightningModule):
-    """encoder -> dropout -> Linear(classes); cross-entropy. Keeps the weights of its best validation epoch."""
+    """encoder -> dropout -> Linear(classes); cross-entropy. Keeps the weights of its best validation epoch.
+
+    During the first `head_epochs` epochs the encoder is frozen (no gradients, so AdamW, weight decay
+    included, leaves it bit-identical) and kept in eval mode (no dropout inside it)."""
 
     def __init__(self, encoder: nn.Module, num_classes: int, lr: float = 3e-4, weight_decay: float = 0.01,
-                 dropout: float = 0.1, warmup_steps: int = 0) -> None:
+                 dropout: float = 0.1, warmup_steps: int = 0, head_epochs: int = 0,
+                 encoder_lr_scale: float = 1.0) -> None:
         super().__init__()
         self.save_hyperparameters(ignore=["encoder"], logger=False)
         self.encoder = encoder
@@ -49,6 +71,16 @@ class SequenceClassifier(L.LightningModule):
 
     def forward(self, ids: Tensor, mask: Tensor) -> Tensor:
         return self.head(self.dropout(self.encoder(ids, mask)))  # (B, classes)
+
+    def encoder_frozen(self) -> bool:
+        return self.current_epoch < self.hparams.head_epochs
+
+    def on_train_epoch_start(self) -> None:
+        frozen = self.encoder_frozen()
+        for p in self.encoder.parameters():
+            p.requires_grad_(not frozen)
+        if frozen:
+            self.encoder.eval()
 
     def training_step(self, batch, batch_idx):
         ids, mask, labels = batch
@@ -73,7 +105,9 @@ class SequenceClassifier(L.LightningModule):
             self.best_state = copy.deepcopy(self.state_dict())
 
     def configure_optimizers(self):
-        optimizer = torch.optim.AdamW(self.parameters(), lr=self.hparams.lr, weight_decay=self.hparams.weight_decay)
+        groups = [{"params": list(self.head.parameters()), "lr": self.hparams.lr},
+                  {"params": list(self.encoder.parameters()), "lr": self.hparams.lr * self.hparams.encoder_lr_scale}]
+        optimizer = torch.optim.AdamW([g for g in groups if g["params"]], weight_decay=self.hparams.weight_decay)
         warmup = max(1, self.hparams.warmup_steps)
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / warmup))
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
@@ -114,16 +148,20 @@ def finetune(encoder: nn.Module, num_classes: int, data: dict[str, tuple[Tensor,
     data maps train / val / test to (ids, mask, labels) tensors.
     """
     L.seed_everything(seed, workers=False, verbose=False)
-    steps = config.epochs * -(-len(data["train"][0]) // config.batch_size)
+    epochs = config.head_epochs + config.epochs
+    steps = epochs * -(-len(data["train"][0]) // config.batch_size)
     module = SequenceClassifier(encoder, num_classes, lr=config.lr, weight_decay=config.weight_decay,
-                                dropout=config.dropout, warmup_steps=max(1, steps // 10))
+                                dropout=config.dropout, warmup_steps=max(1, steps // 10),
+                                head_epochs=config.head_epochs, encoder_lr_scale=config.encoder_lr_scale)
     with _quiet():
-        trainer = L.Trainer(max_epochs=config.epochs, accelerator=accelerator, devices=1, logger=False,
+        trainer = L.Trainer(max_epochs=epochs, accelerator=accelerator, devices=1, logger=False,
                             enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                             num_sanity_val_steps=0)
         trainer.fit(module, loader(*data["train"], config.batch_size, shuffle=True, seed=seed),
                     loader(*data["val"], 256, shuffle=False))
     module.load_state_dict(module.best_state)
+    for p in module.encoder.parameters():
+        p.requires_grad_(True)
     test_ids, test_mask, test_labels = data["test"]
     test_acc = float((predict(module, test_ids, test_mask) == test_labels).float().mean())
     return module.best_accuracy, test_acc, module.best_epoch

@@ -1,35 +1,18 @@
 """Probe reports: a printed table, `NAME.json` (every number) and `NAME.md` (the table for people),
 with published numbers next to ours where we have them.
 
-Published numbers: `PUBLISHED[benchmark]` lists rows (model, mean accuracy, range, citation). It is empty
-on purpose: the Genomic Benchmarks tables of HyenaDNA (Nguyen et al. 2023), Caduceus (Schiff et al. 2024,
-Table 1, CNN / HyenaDNA / Caduceus rows, 5-seed mean with max - min) and MDLM (Sahoo et al. 2024) could not
-be checked digit by digit from this offline machine, and an unchecked number is worse than none. Add a row
-only with the paper and table it comes from; the report prints whatever is listed.
+Published numbers (`seqdiff/probes/published.py`, each row with its source) are printed for the Genomic
+Benchmarks datasets.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from seqdiff.evaluation.generate import write_atomically
-
-
-@dataclass(frozen=True)
-class PublishedRow:
-    model: str
-    accuracy: float
-    """Top-1 test accuracy (mean over seeds / folds), as a fraction."""
-    spread: float | None
-    """As the paper gives it (e.g. max - min over 5 seeds), or None."""
-    citation: str
-    """Paper and table."""
-
-
-PUBLISHED: dict[str, list[PublishedRow]] = {}
+from seqdiff.probes.published import PUBLISHED, PublishedRow  # noqa: F401  (PublishedRow: re-exported)
 
 
 def format_row(row: dict[str, Any]) -> str:
@@ -50,7 +33,8 @@ def table_lines(rows: list[dict[str, Any]]) -> list[str]:
 def published_lines(benchmark: str) -> list[str]:
     from seqdiff.probes.genomic_benchmarks import ALIASES, DATASETS
 
-    if ALIASES.get(benchmark, benchmark) not in DATASETS:
+    benchmark = ALIASES.get(benchmark, benchmark)
+    if benchmark not in DATASETS:
         return ["Published rows are kept for the Genomic Benchmarks datasets only; none for this benchmark."]
     rows = PUBLISHED.get(benchmark, [])
     if not rows:
