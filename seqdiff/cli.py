@@ -239,7 +239,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
 
     from seqdiff.probes import load_benchmark
     from seqdiff.probes.protocol import ProbeConfig, load_probe_model, run_protocol
-    from seqdiff.probes.report import format_row, write_report
+    from seqdiff.probes.report import format_row, metric_label, write_report
 
     bench = load_benchmark(args.benchmark, data_dir=args.data_dir, test_file=args.test_file)
     models = [load_probe_model(path, device=args.device, use_ema=not args.no_ema) for path in args.checkpoints]
@@ -263,7 +263,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
     rows = run_protocol(bench, models, config, probes=probes, baselines=baselines, on_row=partial)
     json_path, md_path = partial(rows, len(rows))
     width = max(len(r["model"]) for r in rows)
-    print(f"{'model':<{width}}  {'probe':<8}  test accuracy % mean [min, max] over seeds")
+    print(f"{'model':<{width}}  {'probe':<8}  {metric_label(rows)} mean [min, max] over seeds")
     for row in rows:
         print(f"{row['model']:<{width}}  {row['probe']:<8}  {format_row(row)}")
     print(f"written: {json_path}, {md_path}")

@@ -15,6 +15,7 @@ import warnings
 from dataclasses import dataclass
 
 import lightning as L
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -113,6 +114,14 @@ def finetune(encoder: nn.Module, num_classes: int, data: dict[str, tuple[Tensor,
 
     data maps train / val / test to (ids, mask, labels) tensors.
     """
+    val_acc, test_pred, epoch = finetune_predict(encoder, num_classes, data, config, seed, accelerator)
+    return val_acc, float((torch.from_numpy(test_pred) == data["test"][2]).float().mean()), epoch
+
+
+def finetune_predict(encoder: nn.Module, num_classes: int, data: dict[str, tuple[Tensor, Tensor, Tensor]],
+                     config: FinetuneConfig, seed: int, accelerator: str = "cpu") -> tuple[float, np.ndarray, int]:
+    """(validation accuracy, test predictions (N_test,) int64, best epoch): `finetune` with the predictions
+    kept, for test metrics other than accuracy."""
     L.seed_everything(seed, workers=False, verbose=False)
     steps = config.epochs * -(-len(data["train"][0]) // config.batch_size)
     module = SequenceClassifier(encoder, num_classes, lr=config.lr, weight_decay=config.weight_decay,
@@ -124,6 +133,5 @@ def finetune(encoder: nn.Module, num_classes: int, data: dict[str, tuple[Tensor,
         trainer.fit(module, loader(*data["train"], config.batch_size, shuffle=True, seed=seed),
                     loader(*data["val"], 256, shuffle=False))
     module.load_state_dict(module.best_state)
-    test_ids, test_mask, test_labels = data["test"]
-    test_acc = float((predict(module, test_ids, test_mask) == test_labels).float().mean())
-    return module.best_accuracy, test_acc, module.best_epoch
+    test_ids, test_mask, _ = data["test"]
+    return module.best_accuracy, predict(module, test_ids, test_mask).numpy(), module.best_epoch
