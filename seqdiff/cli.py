@@ -418,9 +418,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("probe", help="genomic classification probes: frozen and fine-tuned, against baselines")
     p.add_argument("checkpoints", nargs="*", metavar="CHECKPOINT", help="DNA model .ckpt files or run directories")
     p.add_argument("--benchmark", required=True,
-                   help="splice, a Genomic Benchmarks dataset name, or a .csv / .tsv file of sequence,label")
+                   help="splice, a Genomic Benchmarks dataset name, nt/TASK or nt-revised/TASK (the Nucleotide "
+                        "Transformer downstream tasks, e.g. nt/H3K4me3), or a .csv / .tsv file of sequence,label")
     p.add_argument("--data-dir", help="Genomic Benchmarks: folder holding NAME/{train,test}/{class}/*.txt; "
-                                      "splice: folder holding DNA.rda")
+                                      "splice: folder holding DNA.rda; nt/TASK: a copy of the Hugging Face dataset "
+                                      "repository, ROOT/TASK/{train,test}.parquet (or .fna / .csv); without it the "
+                                      "local Hugging Face cache is read, never downloaded")
     p.add_argument("--test-file", help="for a user .csv / .tsv: its test rows (default: a seeded 20%% hold-out)")
     p.add_argument("--seeds", type=int, default=5, help="protocol seeds (random 90/10 train/validation splits)")
     p.add_argument("--finetune-seeds", type=int, default=None, help="seeds for trained rows (default: --seeds)")

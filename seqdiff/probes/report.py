@@ -164,7 +164,7 @@ def write_report(out_dir: str | Path, bench, rows: list[dict[str, Any]], command
         "max_len": bench.max_len, "truncation": bench.truncation, "test_split": bench.test_split,
         "metric": bench.metric, "protocol": protocol_text(bench.metric),
         "command": command, "settings": settings, "rows": rows,
-        "published": [vars(r) for r in PUBLISHED.get(name, [])], "notes": notes or [],
+        "published": [vars(r) for r in PUBLISHED.get(name, [])], "notes": [*(notes or []), *bench.notes],
     }
     json_path, md_path, png_path = out_dir / f"{stem}.json", out_dir / f"{stem}.md", out_dir / f"{stem}.png"
     goals = goal_lines(rows)
@@ -186,6 +186,7 @@ def write_report(out_dir: str | Path, bench, rows: list[dict[str, Any]], command
         *(["## Goals", "", *[f"- {g}" for g in goals], ""] if goals else []),
         "## Published numbers", "", *published_lines(name), "",
     ]
+    notes = [*(notes or []), *bench.notes]
     if notes:
         md += ["## Notes", "", *[f"- {n}" for n in notes], ""]
     write_atomically(md_path, "\n".join(md))
