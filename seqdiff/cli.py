@@ -240,7 +240,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
     from seqdiff.probes import load_benchmark
     from seqdiff.probes.finetune import FinetuneConfig
     from seqdiff.probes.protocol import ProbeConfig, load_probe_model, run_protocol
-    from seqdiff.probes.report import format_row, write_report
+    from seqdiff.probes.report import format_row, metric_label, write_report
 
     bench = load_benchmark(args.benchmark, data_dir=args.data_dir, test_file=args.test_file)
     models = [load_probe_model(path, device=args.device, use_ema=not args.no_ema) for path in args.checkpoints]
@@ -265,7 +265,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
     rows = run_protocol(bench, models, config, probes=probes, baselines=baselines, on_row=partial)
     json_path, md_path = partial(rows, len(rows))
     width = max(len(r["model"]) for r in rows)
-    print(f"{'model':<{width}}  {'probe':<8}  test accuracy % mean [min, max] over seeds")
+    print(f"{'model':<{width}}  {'probe':<8}  {metric_label(rows)} mean [min, max] over seeds")
     for row in rows:
         print(f"{row['model']:<{width}}  {row['probe']:<8}  {format_row(row)}")
     print(f"written: {json_path}, {md_path}")
@@ -420,9 +420,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("probe", help="genomic classification probes: frozen and fine-tuned, against baselines")
     p.add_argument("checkpoints", nargs="*", metavar="CHECKPOINT", help="DNA model .ckpt files or run directories")
     p.add_argument("--benchmark", required=True,
-                   help="splice, a Genomic Benchmarks dataset name, or a .csv / .tsv file of sequence,label")
+                   help="splice, a Genomic Benchmarks dataset name, nt/TASK or nt-revised/TASK (the Nucleotide "
+                        "Transformer downstream tasks, e.g. nt/H3K4me3), or a .csv / .tsv file of sequence,label")
     p.add_argument("--data-dir", help="Genomic Benchmarks: folder holding NAME/{train,test}/{class}/*.txt; "
-                                      "splice: folder holding DNA.rda")
+                                      "splice: folder holding DNA.rda; nt/TASK: a copy of the Hugging Face dataset "
+                                      "repository, ROOT/TASK/{train,test}.parquet (or .fna / .csv); without it the "
+                                      "local Hugging Face cache is read, never downloaded")
     p.add_argument("--test-file", help="for a user .csv / .tsv: its test rows (default: a seeded 20%% hold-out)")
     p.add_argument("--seeds", type=int, default=5, help="protocol seeds (random 90/10 train/validation splits)")
     p.add_argument("--finetune-seeds", type=int, default=None, help="seeds for trained rows (default: --seeds)")

@@ -1,8 +1,9 @@
 """Benchmark registry: `--benchmark NAME` -> a loader returning a checked `Benchmark`.
 
-Names: `splice` (offline, real), the eight Genomic Benchmarks datasets (and their short aliases), or the
-path of a user CSV / TSV of sequence, label (a seeded held-out test split is made unless `test_file` is
-given).
+Names: `splice` (offline, real), the eight Genomic Benchmarks datasets (and their short aliases), the
+Nucleotide Transformer downstream tasks `nt/TASK` and `nt-revised/TASK` (from a copy given by `data_dir` or the
+local Hugging Face cache), or the path of a user CSV / TSV of sequence, label (a seeded held-out test split is
+made unless `test_file` is given).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from seqdiff.probes import genomic_benchmarks as gb
+from seqdiff.probes import nucleotide_transformer as nt
 from seqdiff.probes.data import Benchmark, LabeledSequences, ProbeError, encode_labels, read_table, stratified_split
 from seqdiff.probes.splice import load_splice
 
@@ -22,10 +24,15 @@ def _genomic(name: str) -> Callable[..., Benchmark]:
     return lambda data_dir=None, **_: gb.load_genomic_benchmark(name, data_dir)
 
 
+def _nt(name: str) -> Callable[..., Benchmark]:
+    return lambda data_dir=None, **_: nt.load_nt_task(name, data_dir)
+
+
 BENCHMARKS: dict[str, Callable[..., Benchmark]] = {
     "splice": lambda data_dir=None, **_: load_splice(Path(data_dir) / "DNA.rda" if data_dir else None),
     **{name: _genomic(name) for name in gb.DATASETS},
     **{alias: _genomic(target) for alias, target in gb.ALIASES.items()},
+    **{name: _nt(name) for name in nt.BENCHMARK_NAMES},
 }
 TABLE_SUFFIXES = (".csv", ".tsv", ".tab")
 
@@ -53,12 +60,15 @@ def load_benchmark(name: str, data_dir: str | Path | None = None, test_file: str
     """The benchmark called `name` (or the user table at that path), checked (classes, alphabet)."""
     if name in BENCHMARKS:
         bench = BENCHMARKS[name](data_dir=data_dir)
+    elif nt.is_nt_name(name):
+        bench = nt.load_nt_task(name, data_dir)  # an unknown task: the message lists the collection's tasks
     elif Path(name).suffix.lower() in TABLE_SUFFIXES:
         if not Path(name).is_file():
             raise ProbeError(f"dataset file {name} does not exist")
         bench = load_user_table(name, test_file)
     else:
-        raise ProbeError(f"unknown benchmark {name!r}; choose one of {sorted(BENCHMARKS)} or give a .csv / .tsv "
-                         "file of sequence,label")
+        named = sorted(n for n in BENCHMARKS if not nt.is_nt_name(n))
+        raise ProbeError(f"unknown benchmark {name!r}; choose one of {named}, nt/TASK or nt-revised/TASK "
+                         "(Nucleotide Transformer tasks), or give a .csv / .tsv file of sequence,label")
     bench.check()
     return bench

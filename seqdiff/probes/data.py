@@ -59,10 +59,16 @@ class Benchmark:
     """Where the data came from (file, package, dataset id), for the report."""
     test_split: str = "official"
     """'official', or how a held-out test split was made when the benchmark has none."""
+    metric: str = "accuracy"
+    """Headline test metric (a name in `metrics.METRICS`): the one tables and plots show; accuracy is always
+    recorded too."""
     notes: list[str] = field(default_factory=list)
 
     def check(self) -> None:
         """Refuse a benchmark with a class absent from a split, or with characters outside the alphabet."""
+        from seqdiff.probes.metrics import get_metric
+
+        get_metric(self.metric)
         for split_name, split in (("train", self.train), ("test", self.test)):
             counts = np.bincount(split.labels, minlength=len(self.classes))
             if len(counts) > len(self.classes):

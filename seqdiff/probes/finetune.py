@@ -20,6 +20,7 @@ import warnings
 from dataclasses import dataclass
 
 import lightning as L
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -147,6 +148,14 @@ def finetune(encoder: nn.Module, num_classes: int, data: dict[str, tuple[Tensor,
 
     data maps train / val / test to (ids, mask, labels) tensors.
     """
+    val_acc, test_pred, epoch = finetune_predict(encoder, num_classes, data, config, seed, accelerator)
+    return val_acc, float((torch.from_numpy(test_pred) == data["test"][2]).float().mean()), epoch
+
+
+def finetune_predict(encoder: nn.Module, num_classes: int, data: dict[str, tuple[Tensor, Tensor, Tensor]],
+                     config: FinetuneConfig, seed: int, accelerator: str = "cpu") -> tuple[float, np.ndarray, int]:
+    """(validation accuracy, test predictions (N_test,) int64, best epoch): `finetune` with the predictions
+    kept, for test metrics other than accuracy."""
     L.seed_everything(seed, workers=False, verbose=False)
     epochs = config.head_epochs + config.epochs
     steps = epochs * -(-len(data["train"][0]) // config.batch_size)
@@ -162,6 +171,5 @@ def finetune(encoder: nn.Module, num_classes: int, data: dict[str, tuple[Tensor,
     module.load_state_dict(module.best_state)
     for p in module.encoder.parameters():
         p.requires_grad_(True)
-    test_ids, test_mask, test_labels = data["test"]
-    test_acc = float((predict(module, test_ids, test_mask) == test_labels).float().mean())
-    return module.best_accuracy, test_acc, module.best_epoch
+    test_ids, test_mask, _ = data["test"]
+    return module.best_accuracy, predict(module, test_ids, test_mask).numpy(), module.best_epoch

@@ -28,6 +28,8 @@ class Selected:
     val_accuracy: float
     test_accuracy: float
     choice: dict[str, Any] = field(default_factory=dict)
+    test_pred: np.ndarray | None = None
+    """(N_test,) predicted labels, for metrics other than accuracy (`metrics.METRICS`)."""
 
 
 def accuracy(pred: np.ndarray, labels: np.ndarray) -> float:
@@ -49,7 +51,8 @@ def fit_logistic(features: dict[str, np.ndarray], labels: dict[str, np.ndarray],
         if best is None or val > best[0]:
             best = (val, c, model)
     val, c, model = best
-    return Selected(val, accuracy(model.predict(features["test"]), labels["test"]), {"C": c})
+    pred = model.predict(features["test"])
+    return Selected(val, accuracy(pred, labels["test"]), {"C": c}, test_pred=pred)
 
 
 def kmer_counts(sequences: Sequence[str], k: int) -> np.ndarray:
@@ -78,7 +81,7 @@ def fit_kmer(sequences: dict[str, Sequence[str]], labels: dict[str, np.ndarray],
         feats = {split: kmer_counts(seqs, k) for split, seqs in sequences.items()}
         result = fit_logistic(feats, labels, seed, c_grid)
         if best is None or result.val_accuracy > best.val_accuracy:
-            best = Selected(result.val_accuracy, result.test_accuracy, {"k": k, **result.choice})
+            best = Selected(result.val_accuracy, result.test_accuracy, {"k": k, **result.choice}, result.test_pred)
     return best
 
 

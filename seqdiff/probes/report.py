@@ -1,5 +1,7 @@
 """Probe reports: a printed table, `NAME.json` (every number) and `NAME.md` (the table for people),
-with published numbers next to ours where we have them.
+with published numbers next to ours where we have them. Tables, plots and goals show the benchmark's headline
+metric (`row["metric"]`, accuracy unless the benchmark declares another); the JSON keeps accuracy as well.
+A benchmark name with a slash (`nt/H3`) is written as `nt_H3.json`.
 
 Published numbers (`seqdiff/probes/published.py`, each row with its source) are printed for the Genomic
 Benchmarks datasets.
@@ -12,17 +14,34 @@ from pathlib import Path
 from typing import Any
 
 from seqdiff.evaluation.generate import write_atomically
+from seqdiff.probes.metrics import DEFAULT_METRIC, get_metric
 from seqdiff.probes.published import PUBLISHED, PublishedRow  # noqa: F401  (PublishedRow: re-exported)
 
 
+def metric_of(rows_or_row: list[dict[str, Any]] | dict[str, Any]) -> str:
+    """The headline metric of a row (or of the first of a list of rows); rows written before metrics existed
+    are accuracy rows."""
+    row = rows_or_row[0] if isinstance(rows_or_row, list) else rows_or_row
+    return row.get("metric", DEFAULT_METRIC)
+
+
+def headline(row: dict[str, Any], stat: str = "mean") -> float:
+    """The row's headline test score: `stat` is mean, min or max over seeds."""
+    return row[f"test_{metric_of(row)}_{stat}"]
+
+
+def metric_label(rows: list[dict[str, Any]]) -> str:
+    return get_metric(metric_of(rows)).label if rows else get_metric(DEFAULT_METRIC).label
+
+
 def format_row(row: dict[str, Any]) -> str:
-    mean, lo, hi = row["test_accuracy_mean"], row["test_accuracy_min"], row["test_accuracy_max"]
+    mean, lo, hi = headline(row, "mean"), headline(row, "min"), headline(row, "max")
     return f"{100 * mean:6.2f}  [{100 * lo:6.2f}, {100 * hi:6.2f}]"
 
 
 def table_lines(rows: list[dict[str, Any]]) -> list[str]:
-    """Markdown table: model, probe, seeds, test accuracy mean [min, max]."""
-    lines = ["| model | probe | seeds | test accuracy % (mean [min, max]) | selected on validation |",
+    """Markdown table: model, probe, seeds, headline test metric mean [min, max]."""
+    lines = [f"| model | probe | seeds | {metric_label(rows)} (mean [min, max]) | selected on validation |",
              "| --- | --- | --- | --- | --- |"]
     for row in rows:
         choices = "; ".join(", ".join(f"{k}={v}" for k, v in c.items()) for c in row["selected"])
@@ -49,9 +68,13 @@ def published_lines(benchmark: str) -> list[str]:
 
 def goal_lines(rows: list[dict[str, Any]], finetune_target: float = 0.96) -> list[str]:
     """The issue's goals, checked on the rows: each pretrained frozen probe against the random-init frozen probe
-    and the k-mer baseline (mean test accuracy); the best fine-tuned mean against `finetune_target`."""
+    and the k-mer baseline (mean headline test metric); the best fine-tuned mean accuracy against
+    `finetune_target` (an accuracy target, so only checked when the headline is accuracy)."""
     def mean(r):
-        return r["test_accuracy_mean"]
+        return headline(r)
+
+    what_metric = "" if not rows or metric_of(rows) == DEFAULT_METRIC else f" {metric_of(rows)}"
+    unit = get_metric(metric_of(rows)).unit if rows else "%"
 
     random = next((r for r in rows if r["probe"] == "frozen" and r["pretrained"] is False), None)
     kmer = next((r for r in rows if r["probe"] == "kmer"), None)
@@ -63,10 +86,10 @@ def goal_lines(rows: list[dict[str, Any]], finetune_target: float = 0.96) -> lis
             if other is None:
                 continue
             verdict = "met" if mean(r) > mean(other) else "NOT met"
-            lines.append(f"{r['model']} frozen probe {100 * mean(r):.2f}% vs {what} {100 * mean(other):.2f}%: "
-                         f"beats it — {verdict}")
+            lines.append(f"{r['model']} frozen probe{what_metric} {100 * mean(r):.2f}{unit} vs {what} "
+                         f"{100 * mean(other):.2f}{unit}: beats it — {verdict}")
     tuned = [r for r in rows if r["probe"] == "finetune" and r["pretrained"]]
-    if tuned:
+    if tuned and not what_metric:
         best = max(tuned, key=mean)
         verdict = "met" if mean(best) >= finetune_target else "NOT met"
         lines.append(f"best fine-tuned pretrained model {best['model']}: {100 * mean(best):.2f}% vs the "
@@ -75,22 +98,24 @@ def goal_lines(rows: list[dict[str, Any]], finetune_target: float = 0.96) -> lis
 
 
 def plot_rows(path: Path, rows: list[dict[str, Any]], title: str) -> None:
-    """Horizontal bars: mean test accuracy per row, whiskers from the min to the max over seeds."""
+    """Horizontal bars: mean headline test metric per row, whiskers from the min to the max over seeds."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     labels = [f"{r['model'][:48]} / {r['probe']}" for r in rows]
-    means = [100 * r["test_accuracy_mean"] for r in rows]
-    lo = [100 * (r["test_accuracy_mean"] - r["test_accuracy_min"]) for r in rows]
-    hi = [100 * (r["test_accuracy_max"] - r["test_accuracy_mean"]) for r in rows]
+    means = [100 * headline(r) for r in rows]
+    lo = [100 * (headline(r) - headline(r, "min")) for r in rows]
+    hi = [100 * (headline(r, "max") - headline(r)) for r in rows]
+    metric = get_metric(metric_of(rows))
     fig, ax = plt.subplots(figsize=(9, 0.45 * len(rows) + 1.2))
     ax.barh(range(len(rows)), means, xerr=[lo, hi], color="#4c72b0", capsize=3)
     ax.set_yticks(range(len(rows)), labels, fontsize=8)
     ax.invert_yaxis()
-    ax.set_xlim(max(0.0, min(means) - 10), 100)
-    ax.set_xlabel("test top-1 accuracy % (mean; whiskers: min, max over seeds)")
+    ax.set_xlim(max(100 * metric.lowest, min(means) - 10), 100)
+    label = "test top-1 accuracy %" if metric_of(rows) == DEFAULT_METRIC else metric.label
+    ax.set_xlabel(f"{label} (mean; whiskers: min, max over seeds)")
     ax.set_title(title)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -100,22 +125,32 @@ def plot_rows(path: Path, rows: list[dict[str, Any]], title: str) -> None:
     tmp.replace(path)
 
 
+def protocol_text(metric: str) -> str:
+    """The protocol in one line, for the JSON and the Markdown (unchanged for accuracy benchmarks)."""
+    if metric == DEFAULT_METRIC:
+        return ("per seed: stratified 90/10 train/validation split of the training set; hyperparameters chosen on "
+                "validation; top-1 accuracy on the test set; mean and [min, max] over seeds")
+    return ("per seed: stratified 90/10 train/validation split of the training set; hyperparameters chosen on "
+            f"validation accuracy; {metric} on the test set (top-1 accuracy recorded too); mean and [min, max] "
+            "over seeds")
+
+
 def write_report(out_dir: str | Path, bench, rows: list[dict[str, Any]], command: str,
                  settings: dict[str, Any], notes: list[str] | None = None) -> tuple[Path, Path]:
     """Write out_dir/NAME.json, NAME.md and NAME.png; returns the JSON and Markdown paths."""
     out_dir = Path(out_dir)
     name = bench.name
+    stem = name.replace("/", "_")
     counts = {split: [int((data.labels == i).sum()) for i in range(len(bench.classes))]
               for split, data in (("train", bench.train), ("test", bench.test))}
     payload = {
         "benchmark": name, "source": bench.source, "classes": bench.classes, "class_counts": counts,
         "max_len": bench.max_len, "truncation": bench.truncation, "test_split": bench.test_split,
-        "protocol": "per seed: stratified 90/10 train/validation split of the training set; hyperparameters "
-                    "chosen on validation; top-1 accuracy on the test set; mean and [min, max] over seeds",
+        "metric": bench.metric, "protocol": protocol_text(bench.metric),
         "command": command, "settings": settings, "rows": rows,
-        "published": [vars(r) for r in PUBLISHED.get(name, [])], "notes": notes or [],
+        "published": [vars(r) for r in PUBLISHED.get(name, [])], "notes": [*(notes or []), *bench.notes],
     }
-    json_path, md_path, png_path = out_dir / f"{name}.json", out_dir / f"{name}.md", out_dir / f"{name}.png"
+    json_path, md_path, png_path = out_dir / f"{stem}.json", out_dir / f"{stem}.md", out_dir / f"{stem}.png"
     goals = goal_lines(rows)
     payload["goals"] = goals
     write_atomically(json_path, json.dumps(payload, indent=2) + "\n")
@@ -130,10 +165,12 @@ def write_report(out_dir: str | Path, bench, rows: list[dict[str, Any]], command
         f"(counted per row in the JSON, `truncated_sequences`)",
         f"- protocol: {payload['protocol']}", "",
         *table_lines(rows), "",
-        f"![test accuracy per row]({png_path.name})", "",
+        f"![{'test accuracy' if bench.metric == DEFAULT_METRIC else metric_label(rows)} per row]({png_path.name})",
+        "",
         *(["## Goals", "", *[f"- {g}" for g in goals], ""] if goals else []),
         "## Published numbers", "", *published_lines(name), "",
     ]
+    notes = [*(notes or []), *bench.notes]
     if notes:
         md += ["## Notes", "", *[f"- {n}" for n in notes], ""]
     write_atomically(md_path, "\n".join(md))
