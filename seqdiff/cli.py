@@ -247,7 +247,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
     config = ProbeConfig(seeds=args.seeds, finetune_seeds=args.finetune_seeds, layer=args.layer,
                          rc_average=args.rc_average, pool=args.pool, device=args.device)
     config.finetune = FinetuneConfig(epochs=args.epochs, lr=args.lr, head_epochs=args.head_epochs,
-                                     encoder_lr_scale=args.encoder_lr_scale)
+                                     encoder_lr_scale=args.encoder_lr_scale, head_init=args.head_init)
     config.cnn.epochs = args.cnn_epochs
     probes = tuple(p for p in ("frozen", "finetune") if p not in args.skip)
     baselines = tuple(b for b in ("random", "kmer", "cnn") if b not in args.skip and (b != "random" or models))
@@ -433,6 +433,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lr", type=float, default=3e-4, help="fine-tuning learning rate")
     p.add_argument("--head-epochs", type=int, default=0,
                    help="epochs training only the head, backbone frozen, before the --epochs end-to-end ones (LP-FT)")
+    p.add_argument("--head-init", choices=["random", "probe"], default="random",
+                   help="fine-tuning head: random, or the fitted frozen linear probe (LP-FT; scored as epoch 0)")
     p.add_argument("--encoder-lr-scale", type=float, default=1.0,
                    help="the backbone's fine-tuning learning rate is --lr times this (the head's is --lr)")
     p.add_argument("--cnn-epochs", type=int, default=10, help="CNN baseline epochs (best on validation is kept)")

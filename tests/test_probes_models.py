@@ -194,11 +194,48 @@ def test_encoder_moves_after_the_head_epochs_at_its_scaled_learning_rate():
     assert len(encoder_group["params"]) == len(list(enc.parameters()))
 
 
+@pytest.mark.parametrize("n_classes", [2, 3])
+def test_probe_head_folds_the_standardized_logistic_regression_exactly(n_classes):
+    """The head set from the frozen probe gives the same probabilities as scikit-learn's scaler + logistic
+    regression on the same features (binary: logits (0, z)), and epochs=0 returns that probe as the model."""
+    from seqdiff.probes.finetune import SequenceClassifier, fit_probe_head, frozen_features
+    from seqdiff.probes.linear import fit_logistic_model
+
+    data = _toy_finetune_data()
+    if n_classes == 3:
+        data = {k: (ids, mask, (ids[:, 0] % 3).long()) for k, (ids, mask, _) in data.items()}
+    enc = BackboneEncoder(backbone(False), TOK.complement_ids)
+    module = SequenceClassifier(enc, n_classes)
+    choice = fit_probe_head(module.head, enc, data, seed=0)
+    feats = {s: frozen_features(enc, ids, mask) for s, (ids, mask, _) in data.items()}
+    labels = {s: y.numpy() for s, (_, _, y) in data.items()}
+    scaler, model, again = fit_logistic_model(feats, labels, seed=0)
+    expected = model.predict_proba(scaler.transform(feats["test"]))
+    with torch.no_grad():
+        got = torch.softmax(module.head(torch.from_numpy(feats["test"]).float()), -1).numpy()
+    assert choice == again and np.allclose(got, expected, atol=1e-4)
+    val, test, epoch = finetune(enc, n_classes, data, FinetuneConfig(epochs=0, head_init="probe"), seed=0)
+    assert epoch == -1 and val == pytest.approx(choice["val_accuracy"])
+    assert test == pytest.approx(float((model.predict(scaler.transform(feats["test"])) == labels["test"]).mean()))
+
+
+def test_fine_tuning_from_the_probe_head_keeps_the_probe_when_validation_says_so():
+    data = _toy_finetune_data()
+    enc = BackboneEncoder(backbone(False), TOK.complement_ids).train()
+    val, _, epoch = finetune(enc, 2, data, FinetuneConfig(epochs=2, lr=1e-3, head_init="probe"), seed=0)
+    probe_val, _, _ = finetune(BackboneEncoder(backbone(False), TOK.complement_ids), 2, data,
+                               FinetuneConfig(epochs=0, head_init="probe"), seed=0)
+    assert val >= probe_val and -1 <= epoch < 2
+
+
 def test_finetune_config_refuses_no_epochs_and_negative_scales():
     with pytest.raises(ValueError, match="at least one epoch"):
         FinetuneConfig(epochs=0, head_epochs=0)
     with pytest.raises(ValueError, match="encoder_lr_scale"):
         FinetuneConfig(encoder_lr_scale=-1.0)
+    with pytest.raises(ValueError, match="head_init 'zeros' is unknown"):
+        FinetuneConfig(head_init="zeros")
+    FinetuneConfig(epochs=0, head_init="probe")  # the probe alone is a model
 
 
 # ------------------------------------------------------------------------------------------- CLI

@@ -5,7 +5,10 @@ only that one is scored on the test set.
 Optionally in two phases (LP-FT, Kumar et al. 2022, "Fine-Tuning can Distort Pretrained Features"): first
 `head_epochs` with the encoder frozen, so the fresh head is already useful when the encoder starts to move,
 then end-to-end epochs with the encoder's learning rate scaled by `encoder_lr_scale`. Large early gradients
-through a random head are what distorts pretrained features; both knobs limit them.
+through a random head are what distorts pretrained features; both knobs limit them. With `head_init="probe"`
+the head starts as the frozen probe itself (logistic regression on the frozen features, C chosen on
+validation, its standardization folded into the weights), the LP of Kumar et al.'s LP-FT; that starting
+point is scored on validation as epoch 0 and competes with the fine-tuned epochs.
 
 The encoder is a pretrained backbone (`embeddings.BackboneEncoder`, mean pooling over real positions), the
 same backbone randomly initialized, or the Genomic Benchmarks CNN.
@@ -28,6 +31,8 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from seqdiff.probes.data import ProbeError
 
+HEAD_INITS = ("random", "probe")
+
 
 @dataclass
 class FinetuneConfig:
@@ -43,9 +48,14 @@ class FinetuneConfig:
     """Epochs that train only the head, encoder frozen, before the `epochs` end-to-end ones (LP-FT)."""
     encoder_lr_scale: float = 1.0
     """The encoder's learning rate is lr * encoder_lr_scale; the head's is lr."""
+    head_init: str = "random"
+    """"random" (PyTorch's default Linear init) or "probe" (the fitted frozen linear probe; see the module doc)."""
 
     def __post_init__(self) -> None:
-        if self.epochs < 0 or self.head_epochs < 0 or self.epochs + self.head_epochs < 1:
+        if self.head_init not in HEAD_INITS:
+            raise ProbeError(f"head_init {self.head_init!r} is unknown; choose one of {list(HEAD_INITS)}")
+        needs = 0 if self.head_init == "probe" else 1  # a probe head is a model before any epoch
+        if self.epochs < 0 or self.head_epochs < 0 or self.epochs + self.head_epochs < needs:
             raise ProbeError(f"fine-tuning needs epochs >= 0, head_epochs >= 0 and at least one epoch in all, "
                              f"got epochs={self.epochs}, head_epochs={self.head_epochs}")
         if not self.encoder_lr_scale >= 0:
@@ -142,6 +152,38 @@ def predict(module: nn.Module, ids: Tensor, mask: Tensor, batch_size: int = 128)
     return torch.cat(out)
 
 
+@torch.no_grad()
+def frozen_features(encoder: nn.Module, ids: Tensor, mask: Tensor, batch_size: int = 128) -> np.ndarray:
+    """(N, F) float64 features of the encoder in eval mode (what the head sees, without dropout)."""
+    encoder.eval()
+    device = next(encoder.parameters()).device
+    out = [encoder(ids[i:i + batch_size].to(device), mask[i:i + batch_size].to(device)).double().cpu()
+           for i in range(0, len(ids), batch_size)]
+    return torch.cat(out).numpy()
+
+
+def fit_probe_head(head: nn.Linear, encoder: nn.Module, data: dict[str, tuple[Tensor, Tensor, Tensor]],
+                   seed: int) -> dict:
+    """Set `head` to the frozen linear probe: standardized features -> logistic regression (C on validation).
+
+    Standardization x -> (x - mean) / scale is folded in: W = coef / scale, b = intercept - W @ mean. A binary
+    model's single logit z becomes the two logits (0, z), whose softmax is sigmoid(z): the same probabilities.
+    """
+    from seqdiff.probes.linear import fit_logistic_model
+
+    feats = {split: frozen_features(encoder, ids, mask) for split, (ids, mask, _) in data.items() if split != "test"}
+    labels = {split: data[split][2].numpy() for split in feats}
+    scaler, model, choice = fit_logistic_model(feats, labels, seed)
+    coef = model.coef_ / scaler.scale_  # (C or 1, F)
+    bias = model.intercept_ - coef @ scaler.mean_
+    if coef.shape[0] == 1:  # binary: logits (0, z)
+        coef, bias = np.concatenate([np.zeros_like(coef), coef]), np.concatenate([[0.0], bias])
+    with torch.no_grad():
+        head.weight.copy_(torch.from_numpy(coef))
+        head.bias.copy_(torch.from_numpy(bias))
+    return choice
+
+
 def finetune(encoder: nn.Module, num_classes: int, data: dict[str, tuple[Tensor, Tensor, Tensor]],
              config: FinetuneConfig, seed: int, accelerator: str = "cpu") -> tuple[float, float, int]:
     """(validation accuracy, test accuracy, best epoch) of encoder + head trained on data["train"].
@@ -162,6 +204,14 @@ def finetune_predict(encoder: nn.Module, num_classes: int, data: dict[str, tuple
     module = SequenceClassifier(encoder, num_classes, lr=config.lr, weight_decay=config.weight_decay,
                                 dropout=config.dropout, warmup_steps=max(1, steps // 10),
                                 head_epochs=config.head_epochs, encoder_lr_scale=config.encoder_lr_scale)
+    if config.head_init == "probe":  # epoch 0: the probe head on the untouched encoder, scored on validation
+        module.probe_choice = fit_probe_head(module.head, encoder, data, seed)
+        val_ids, val_mask, val_labels = data["val"]
+        module.best_accuracy = float((predict(module, val_ids, val_mask) == val_labels).float().mean())
+        module.best_epoch, module.best_state = -1, copy.deepcopy(module.state_dict())
+    if epochs == 0:
+        test_ids, test_mask, _ = data["test"]
+        return module.best_accuracy, predict(module, test_ids, test_mask).numpy(), module.best_epoch
     with _quiet():
         trainer = L.Trainer(max_epochs=epochs, accelerator=accelerator, devices=1, logger=False,
                             enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,

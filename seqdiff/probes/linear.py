@@ -36,23 +36,31 @@ def accuracy(pred: np.ndarray, labels: np.ndarray) -> float:
     return float((np.asarray(pred) == np.asarray(labels)).mean())
 
 
+def fit_logistic_model(features: dict[str, np.ndarray], labels: dict[str, np.ndarray], seed: int,
+                       c_grid: Sequence[float] = C_GRID):
+    """(fitted StandardScaler, fitted LogisticRegression, {"C": c, "val_accuracy": v}) for the C with the
+    best validation accuracy; features/labels keyed train and val."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.preprocessing import StandardScaler
+
+    scaler = StandardScaler().fit(features["train"])
+    train, val = scaler.transform(features["train"]), scaler.transform(features["val"])
+    best = None
+    for c in c_grid:
+        model = LogisticRegression(C=c, max_iter=2000, random_state=seed).fit(train, labels["train"])
+        score = accuracy(model.predict(val), labels["val"])
+        if best is None or score > best[0]:
+            best = (score, c, model)
+    score, c, model = best
+    return scaler, model, {"C": c, "val_accuracy": score}
+
+
 def fit_logistic(features: dict[str, np.ndarray], labels: dict[str, np.ndarray], seed: int,
                  c_grid: Sequence[float] = C_GRID) -> Selected:
     """features/labels keyed train, val, test; the C with the best validation accuracy is kept."""
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.pipeline import make_pipeline
-    from sklearn.preprocessing import StandardScaler
-
-    best = None
-    for c in c_grid:
-        model = make_pipeline(StandardScaler(), LogisticRegression(C=c, max_iter=2000, random_state=seed))
-        model.fit(features["train"], labels["train"])
-        val = accuracy(model.predict(features["val"]), labels["val"])
-        if best is None or val > best[0]:
-            best = (val, c, model)
-    val, c, model = best
-    pred = model.predict(features["test"])
-    return Selected(val, accuracy(pred, labels["test"]), {"C": c}, test_pred=pred)
+    scaler, model, choice = fit_logistic_model(features, labels, seed, c_grid)
+    pred = model.predict(scaler.transform(features["test"]))
+    return Selected(choice["val_accuracy"], accuracy(pred, labels["test"]), {"C": choice["C"]}, test_pred=pred)
 
 
 def kmer_counts(sequences: Sequence[str], k: int) -> np.ndarray:
