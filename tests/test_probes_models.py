@@ -170,14 +170,26 @@ def test_head_epochs_leave_the_encoder_bit_identical_and_train_the_head():
         seen[self.current_epoch] = (self.head.weight.detach().clone(), self.encoder_frozen())
         original(self)
 
+    def modes(self, batch, batch_idx):  # dropout inside the encoder only once it trains
+        modes_seen.add((self.current_epoch, self.encoder.training, self.training))
+        return original_step(self, batch, batch_idx)
+
+    modes_seen, original_step = set(), SequenceClassifier.training_step
     SequenceClassifier.on_validation_epoch_end = spy
+    SequenceClassifier.training_step = modes
     try:
         config = FinetuneConfig(epochs=0, head_epochs=2, lr=3e-3, batch_size=16, weight_decay=0.1)
         finetune(enc, 2, _toy_finetune_data(), config, seed=0)
+        assert modes_seen == {(0, False, True), (1, False, True)}
+        first_run, modes_seen = dict(seen), set()
+        finetune(BackboneEncoder(backbone(False), TOK.complement_ids), 2, _toy_finetune_data(),
+                 FinetuneConfig(epochs=1, head_epochs=1, head_init="probe", batch_size=16), seed=0)
+        assert modes_seen == {(0, False, True), (1, True, True)}  # probe scoring's eval mode is not kept
     finally:
         SequenceClassifier.on_validation_epoch_end = original
+        SequenceClassifier.training_step = original_step
     assert all(torch.equal(before[k], v) for k, v in enc.state_dict().items())
-    assert seen[0][1] and seen[1][1] and not torch.equal(seen[0][0], seen[1][0])
+    assert first_run[0][1] and first_run[1][1] and not torch.equal(first_run[0][0], first_run[1][0])
     assert all(p.requires_grad for p in enc.parameters())  # handed back trainable
 
 

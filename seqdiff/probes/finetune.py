@@ -90,8 +90,7 @@ class SequenceClassifier(L.LightningModule):
         frozen = self.encoder_frozen()
         for p in self.encoder.parameters():
             p.requires_grad_(not frozen)
-        if frozen:
-            self.encoder.eval()
+        self.encoder.train(not frozen)  # Lightning restores each module's mode after validation: set it each epoch
 
     def training_step(self, batch, batch_idx):
         ids, mask, labels = batch
@@ -212,6 +211,7 @@ def finetune_predict(encoder: nn.Module, num_classes: int, data: dict[str, tuple
     if epochs == 0:
         test_ids, test_mask, _ = data["test"]
         return module.best_accuracy, predict(module, test_ids, test_mask).numpy(), module.best_epoch
+    module.train()  # the probe head's scoring left it in eval mode, which Lightning would keep for training
     with _quiet():
         trainer = L.Trainer(max_epochs=epochs, accelerator=accelerator, devices=1, logger=False,
                             enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
