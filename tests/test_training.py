@@ -235,3 +235,13 @@ def test_resume_inside_the_frozen_phase_repeats_the_uninterrupted_run(tmp_path):
     torch.testing.assert_close(torch.tensor(b.loc[a.index].values), torch.tensor(a.values), rtol=1e-5, atol=1e-6)
     for (n, p), (_, q) in zip(full.module.backbone.named_parameters(), resumed.module.backbone.named_parameters()):
         torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6, msg=n)
+
+
+def test_the_final_step_is_checkpointed_when_max_steps_is_not_a_multiple(tmp_path):
+    from seqdiff.checkpoint import load_checkpoint
+
+    cfg = tiny_config(**{"train.max_steps": 5, "train.checkpoint_every": 2, "train.val_every": 5})
+    result = train(cfg, tmp_path / "r")
+    assert torch.load(result.checkpoint, weights_only=False)["global_step"] == 5
+    assert sorted(p.name for p in (tmp_path / "r" / "checkpoints").iterdir()) == ["last.ckpt", "step5.ckpt"]
+    assert load_checkpoint(tmp_path / "r").step == 5
