@@ -379,7 +379,15 @@ def _baseline_section(r: dict) -> list[str]:
         diff = p["after"]["accuracy"] - p["baseline"]["accuracy"]
         lines.append(f"| {task} probe accuracy (this - baseline: {diff:+.3f}, 95% interval [{lo:+.3f}, {hi:+.3f}]) | "
                      f"{p['after']['accuracy']:.3f} | {p['baseline']['accuracy']:.3f} |")
-    return lines
+    d_test = a["test"]["nll_nats_per_token"] - base["test"]["nll_nats_per_token"]
+    words = (f"Bound: this run's test bound is {abs(d_test):.3f} nats per token {'above' if d_test > 0 else 'below'} "
+             f"the baseline's ({a['step']} vs {base['step']} steps)")
+    shared = sorted(set(mine) & set(theirs))
+    if shared:
+        d_val = mine[shared[-1]] - theirs[shared[-1]]
+        words += (f"; at equal steps ({shared[-1]}) its validation bound is {abs(d_val):.3f} nats per token "
+                  f"{'above' if d_val > 0 else 'below'} the baseline's")
+    return lines + ["", words + " (lower is better)."]
 
 
 def _discussion(r: dict) -> str:
@@ -393,27 +401,34 @@ def _discussion(r: dict) -> str:
                  f"{curve[-1]:.3f})")
     else:
         trend = f"the validation bound stopped falling at the end ({curve[-2]:.3f} -> {curve[-1]:.3f})"
+    n_frozen, scale = _lpft(r["config"]["train"])
+    # read off the samples of the runs made so far: the LP-FT run's keep much of the random vocabulary
+    samples = ("move from random vocabulary toward Austen's words and punctuation, still mixed with unrelated "
+               "words" if n_frozen or scale != 1.0 else "move from random vocabulary to Austen's words and punctuation")
     paras = [f"**Generation.** Fine-tuning lowers the test bound from {b['nll_nats_per_token']:.2f} to "
              f"{a['nll_nats_per_token']:.2f} nats per token (perplexity bound {b['perplexity']:,.0f} -> "
-             f"{a['perplexity']:,.0f}) after {r['after']['step']} steps, and the samples move from random "
-             "vocabulary to Austen's words and punctuation, without grammar yet: at this budget (a few hundred "
-             f"thousand tokens on a shared CPU) the model is far from converged; {trend}."]
-    n_frozen, scale = _lpft(r["config"]["train"])
+             f"{a['perplexity']:,.0f}) after {r['after']['step']} steps, and the samples {samples}, without grammar "
+             "yet: at this budget (a few hundred thousand tokens on a shared CPU) the model is far from converged; "
+             f"{trend}."]
+    fits = 2 * len(r["probes"])
+    chosen = [p[tag]["C"] for p in r["probes"].values() for tag in ("before", "after")]
+    low, high = sum(c == min(PROBE_CS) for c in chosen), sum(c == max(PROBE_CS) for c in chosen)
+    edge_note = ""
+    if low or high:
+        edge_note = (" The cross-validation chose the grid's "
+                     + " and ".join(([f"strongest regularization (C = {min(PROBE_CS):g}) in {low}"] if low else [])
+                                    + ([f"weakest (C = {max(PROBE_CS):g}) in {high}"] if high else []))
+                     + f" of the {fits} fits, so the grid's edge may cap the accuracies; a wider grid was not tried.")
     worse = {t: p for t, p in r["probes"].items() if p["difference_interval"][1] < 0}
     if worse:
         names = ", ".join(worse)
-        edge = sum(p[tag]["C"] == min(PROBE_CS) for p in r["probes"].values() for tag in ("before", "after"))
-        fits = 2 * len(r["probes"])
         if n_frozen or scale != 1.0:
             paras.append(
                 f"**The probe still got worse on {names}, with LP-FT.** Training the head first ({n_frozen} steps, "
                 f"encoder frozen) and the encoder at {scale:g} x the head's learning rate is the remedy Kumar et al. "
                 "2022 give for feature distortion through a fresh head; here it did not keep the probe where it "
                 "was. Not tried: a longer head-only phase, a still smaller encoder learning rate, a longer "
-                "run, and probing an earlier layer."
-                + (f" The cross-validation chose the grid's strongest regularization (C = {min(PROBE_CS):g}) in "
-                   f"{edge} of the {fits} fits, so the grid's edge may cap the accuracies; a wider grid was not tried."
-                   if edge else ""))
+                "run, and probing an earlier layer." + edge_note)
             return "\n\n".join(paras)
         paras.append(
             f"**Why the probe got worse on {names}: the likely cause, not tested here.** The MiniLM was trained as a "
@@ -423,10 +438,7 @@ def _discussion(r: dict) -> str:
             "that Kumar et al. 2022, \"Fine-Tuning can Distort Pretrained Features\", describe for fine-tuning "
             "with a fresh head). The out-of-domain genre probe did not move. Not tried for lack of CPU time: "
             "training the head alone first with the encoder frozen (linear probe, then fine-tune), a lower "
-            "learning rate for the encoder than for the head, a longer run, and probing an earlier layer."
-            + (f" The cross-validation chose the grid's strongest regularization (C = {min(PROBE_CS):g}) in {edge} "
-               f"of the {fits} fits, so the grid's edge may cap the accuracies; a wider grid was not tried."
-               if edge else ""))
+            "learning rate for the encoder than for the head, a longer run, and probing an earlier layer." + edge_note)
     elif n_frozen or scale != 1.0:
         paras.append(
             "**LP-FT.** With the head trained first" + (f" ({n_frozen} steps, encoder frozen)" if n_frozen else "")
@@ -434,7 +446,7 @@ def _discussion(r: dict) -> str:
             "distortion through a fresh head), no probe is significantly worse after fine-tuning: every 95% interval "
             "of after - before reaches 0 or above."
             + (" The comparison with the baseline run below shows what that changed in the bound and the probes."
-               if "baseline" in r else ""))
+               if "baseline" in r else "") + edge_note)
     return "\n\n".join(paras)
 
 
