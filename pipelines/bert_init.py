@@ -19,6 +19,14 @@ What one run does, offline:
    The accuracy difference (after - before) gets a paired bootstrap 95% interval over test passages.
 4. Writes <out>/results.json, <out>/README.md (command in its header) and <out>/loss_curves.png.
 
+LP-FT (Kumar et al. 2022, "Fine-Tuning can Distort Pretrained Features", arXiv:2202.10054): with
+`--freeze-backbone-steps N` only the fresh masked-LM head trains for the first N of the `--max-steps` steps (the
+encoder keeps its weights bit for bit), then everything; `--backbone-lr-scale s` runs the encoder at s times the
+head's learning rate (train.freeze_backbone_steps, train.backbone_lr_scale). `--baseline-run-dir DIR` compares with
+another finished run of this pipeline (e.g. the same budget without LP-FT): its validation curve is overlaid, its
+test bound is scored with the same draws, and its probe fits are paired with this run's (bootstrap interval of
+this run's accuracy minus the baseline's).
+
 An interrupted run resumes on the next call; a finished run is reused.
 """
 
@@ -72,7 +80,16 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m pipelines.bert_init", description=__doc__.split("\n\n")[0])
     p.add_argument("--run-dir", default="runs/bert_init", help="training run folder (resumed / reused)")
     p.add_argument("--out", default="reports/bert_init", help="report folder")
-    p.add_argument("--max-steps", type=int, default=300, help="fine-tuning steps")
+    p.add_argument("--max-steps", type=int, default=300,
+                   help="fine-tuning steps, the frozen-encoder steps of --freeze-backbone-steps included")
+    p.add_argument("--freeze-backbone-steps", type=int, default=0,
+                   help="LP-FT: the first N steps train only the masked-LM head, the encoder frozen")
+    p.add_argument("--backbone-lr-scale", type=float, default=1.0,
+                   help="learning rate of the encoder as a multiple of --lr (the head's)")
+    p.add_argument("--val-every", type=int, default=None,
+                   help="validate every N steps (default: a third of --max-steps); match another run's to compare")
+    p.add_argument("--baseline-run-dir", default=None,
+                   help="a finished run of this pipeline to compare with (validation curve, test bound, probes)")
     p.add_argument("--batch-size", type=int, default=16, help="blocks per step")
     p.add_argument("--seq-len", type=int, default=64, help="WordPiece tokens per block (and per probe passage)")
     p.add_argument("--lr", type=float, default=2e-4, help="peak AdamW learning rate (cosine decay)")
@@ -89,10 +106,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def run_config(args: argparse.Namespace) -> RunConfig:
     steps = args.max_steps
+    val_every = args.val_every if args.val_every is not None else max(1, steps // 3)
     return load_run_config(RECIPE, [
         f"model.max_seq_len={args.seq_len}", f"data.seq_len={args.seq_len}", f"data.batch_size={args.batch_size}",
         f"data.eval_batch_size={args.batch_size}", f"train.max_steps={steps}", f"train.lr={args.lr}",
-        f"train.warmup_steps={max(1, steps // 10)}", f"train.val_every={max(1, steps // 3)}", "train.val_batches=4",
+        f"train.freeze_backbone_steps={args.freeze_backbone_steps}",
+        f"train.backbone_lr_scale={args.backbone_lr_scale}",
+        f"train.warmup_steps={max(1, steps // 10)}", f"train.val_every={val_every}", "train.val_batches=4",
         f"train.checkpoint_every={max(1, steps // 3)}", "train.ema_decay=0.99", "train.log_every=5",
         f"train.seed={args.seed}", "train.progress_bar=false",
         f"sample.steps={args.seq_len}", f"sample.num_samples={args.num_samples}",
@@ -112,6 +132,18 @@ def initial_model(config: RunConfig) -> LoadedModel:
     return LoadedModel(backbone=backbone.eval(), method=method, tokenizer=tokenizer, model_config=model_config,
                        method_config=config.method, data_config=config.data, seq_len=config.data.seq_len, step=0,
                        path=Path(model_config.init_from), ema=False)
+
+
+def val_curve(run_dir: Path) -> list[dict]:
+    """The validation bound (EMA weights, Northanger Abbey) logged during training: [{after_steps, nll}]."""
+    import pandas as pd
+
+    df = pd.read_csv(run_dir / "logs" / "metrics.csv")
+    if "val/nll" not in df:
+        return []
+    va = df[df["val/nll"].notna()]
+    # metrics.csv logs a validation at the step index of the batch it follows: after step + 1 optimizer steps
+    return [{"after_steps": int(s) + 1, "nll": float(v)} for s, v in zip(va["step"], va["val/nll"])]
 
 
 def _train_or_reuse(config: RunConfig, run_dir: Path) -> None:
@@ -178,7 +210,8 @@ def paired_bootstrap(before: list[bool], after: list[bool], draws: int = 2000, s
 
 
 # ---------------------------------------------------------------------------------------------- report
-def _loss_curves(run_dir: Path, out: Path, before_val: float | None) -> None:
+def _loss_curves(run_dir: Path, out: Path, before_val: float | None, freeze_steps: int = 0,
+                 baseline_dir: Path | None = None) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -193,6 +226,16 @@ def _loss_curves(run_dir: Path, out: Path, before_val: float | None) -> None:
     if "val/nll" in df:
         va = df[df["val/nll"].notna()]
         ax.plot(va["step"], va["val/nll"], marker="o", label="valid, Northanger Abbey (EMA weights)")
+    if baseline_dir is not None:
+        base = pd.read_csv(baseline_dir / "logs" / "metrics.csv")
+        if "train/loss" in base:
+            tr = base[base["train/loss"].notna()]
+            ax.plot(tr["step"], tr["train/loss"], color="gray", alpha=0.35, lw=0.8, label="baseline run: train")
+        if "val/nll" in base:
+            va = base[base["val/nll"].notna()]
+            ax.plot(va["step"], va["val/nll"], color="black", ls=":", marker="s", label="baseline run: valid")
+    if freeze_steps:
+        ax.axvline(freeze_steps - 0.5, color="tab:red", ls=":", label=f"encoder released (step {freeze_steps})")
     if before_val is not None:
         ax.axhline(before_val, color="gray", ls="--", label="test bound before fine-tuning")
     ax.set(xlabel="step", ylabel="MDLM NELBO, nats per token", title="MiniLM BERT fine-tuned with MDLM on Austen")
@@ -202,10 +245,40 @@ def _loss_curves(run_dir: Path, out: Path, before_val: float | None) -> None:
     save_figure_atomically(fig, out)
 
 
+def _lpft(train_cfg: dict) -> tuple[int, float]:
+    """(frozen-encoder steps, encoder lr scale) of a run's train config; (0, 1.0) for runs made before LP-FT."""
+    return int(train_cfg.get("freeze_backbone_steps", 0)), float(train_cfg.get("backbone_lr_scale", 1.0))
+
+
+def _schedule_words(train_cfg: dict, steps: int) -> str:
+    """How a run was fine-tuned, in words: '250 steps' or '350 steps, LP-FT: ...'."""
+    n_frozen, scale = _lpft(train_cfg)
+    if not n_frozen and scale == 1.0:
+        return f"{steps} steps, every weight trained from the first"
+    words = f"{steps} steps, LP-FT: "
+    if n_frozen:
+        words += (f"the first {n_frozen} train only the head (encoder frozen), the last {steps - n_frozen} "
+                  "everything")
+    else:
+        words += "everything trained from the first step"
+    if scale != 1.0:
+        words += f", the encoder at {scale:g} x the head's learning rate"
+    return words
+
+
 def _markdown(r: dict) -> str:
     cfg, b, a = r["config"], r["before"], r["after"]
+    n_frozen, scale = _lpft(cfg["train"])
+    lpft = ""
+    if n_frozen or scale != 1.0:
+        warm = cfg["train"]["warmup_steps"]
+        lpft = (" LP-FT (Kumar et al. 2022): " + (f"for the first {n_frozen} steps only the head trains, the encoder "
+                                                   "frozen bit for bit; then everything, " if n_frozen else "")
+                + f"the encoder's learning rate {scale:g} x the head's"
+                + (f", with its own {warm}-step warm-up from step {n_frozen}" if n_frozen else "") + ".")
     lines = [
-        "# BERT -> generative model: the MiniLM BERT fine-tuned with MDLM on Jane Austen",
+        "# BERT -> generative model: the MiniLM BERT fine-tuned with MDLM on Jane Austen"
+        + (" (LP-FT: head first, then everything)" if lpft else ""),
         "",
         f"Made by `{r['command']}` ({r['total_seconds']:.0f} s wall clock, of which {r['train_seconds']:.0f} s "
         f"training; {r['torch_threads']} torch thread on a {r['cpu_count']}-core machine shared with other jobs, "
@@ -222,8 +295,9 @@ def _markdown(r: dict) -> str:
         f"Persuasion), blocks of {cfg['data']['seq_len']} tokens, batch {cfg['data']['batch_size']}, "
         f"{a['step']} steps ({a['step'] * cfg['data']['batch_size'] * cfg['data']['seq_len']:,} tokens), AdamW lr "
         f"{cfg['train']['lr']} with warm-up and cosine decay, dropout {cfg['model']['dropout']}, EMA "
-        f"{cfg['train']['ema_decay']} (evaluated with the EMA weights). Recipe: `configs/austen_bert_init_mdlm.yaml` "
-        "(full-size budget); `seqdiff train --config configs/austen_bert_init_mdlm.yaml` runs it.",
+        f"{cfg['train']['ema_decay']} (evaluated with the EMA weights).{lpft} Recipe: "
+        "`configs/austen_bert_init_mdlm.yaml` (full-size budget); `seqdiff train --config "
+        "configs/austen_bert_init_mdlm.yaml` runs it.",
         "",
         "## Test bound (Persuasion, never trained on)",
         "",
@@ -262,7 +336,10 @@ def _markdown(r: dict) -> str:
                      f"{pb['accuracy']:.3f} | {pa['accuracy']:.3f} | {pa['accuracy'] - pb['accuracy']:+.3f} "
                      f"[{lo:+.3f}, {hi:+.3f}] | {pb['balanced_accuracy']:.3f} / {pa['balanced_accuracy']:.3f} | "
                      f"{pb['C']:g} / {pa['C']:g} |")
-    lines += ["", r["verdict"], "", _discussion(r), "",
+    lines += ["", r["verdict"], "", _discussion(r), ""]
+    if "baseline" in r:
+        lines += _baseline_section(r) + [""]
+    lines += [
               f"## Samples ({cfg['sample']['seq_len']} tokens, {a['samples']['sampler']} MDLM sampler, "
               f"{cfg['sample']['steps']} steps, "
               f"seed {cfg['sample']['seed']})", ""]
@@ -275,20 +352,84 @@ def _markdown(r: dict) -> str:
     return "\n".join(lines)
 
 
+def _baseline_section(r: dict) -> list[str]:
+    """This run against another finished run of the pipeline: same test draws, same probe passages."""
+    base, a = r["baseline"], r["after"]
+    mine = {v["after_steps"]: v["nll"] for v in r.get("val_curve", [])}
+    theirs = {v["after_steps"]: v["nll"] for v in base["val_curve"]}
+    lines = [
+        f"## Compared with the baseline run (`{base['run_dir']}`)",
+        "",
+        f"This run: {_schedule_words(r['config']['train'], r['config']['train']['max_steps'])}. Baseline: "
+        f"{_schedule_words(base['train'], base['train']['max_steps'])} (its checkpoint: step {base['step']}). "
+        "Both scored here, with the same test blocks and draws and the same probe passages and splits.",
+        "",
+        "| | this run | baseline |",
+        "| --- | ---: | ---: |",
+        f"| optimizer steps of the scored weights | {a['step']} | {base['step']} |",
+        f"| test bound, nats / token (perplexity bound) | {a['test']['nll_nats_per_token']:.3f} "
+        f"({a['test']['perplexity']:,.0f}) | {base['test']['nll_nats_per_token']:.3f} "
+        f"({base['test']['perplexity']:,.0f}) |",
+    ]
+    for steps in sorted(set(mine) & set(theirs)):
+        lines.append(f"| validation bound after {steps} steps (EMA, {r['config']['train']['val_batches']} batches) | "
+                     f"{mine[steps]:.3f} | {theirs[steps]:.3f} |")
+    for task, p in r["probes"].items():
+        lo, hi = p["difference_interval_vs_baseline"]
+        diff = p["after"]["accuracy"] - p["baseline"]["accuracy"]
+        lines.append(f"| {task} probe accuracy (this - baseline: {diff:+.3f}, 95% interval [{lo:+.3f}, {hi:+.3f}]) | "
+                     f"{p['after']['accuracy']:.3f} | {p['baseline']['accuracy']:.3f} |")
+    d_test = a["test"]["nll_nats_per_token"] - base["test"]["nll_nats_per_token"]
+    words = (f"Bound: this run's test bound is {abs(d_test):.3f} nats per token {'above' if d_test > 0 else 'below'} "
+             f"the baseline's ({a['step']} vs {base['step']} steps)")
+    shared = sorted(set(mine) & set(theirs))
+    if shared:
+        d_val = mine[shared[-1]] - theirs[shared[-1]]
+        words += (f"; at equal steps ({shared[-1]}) its validation bound is {abs(d_val):.3f} nats per token "
+                  f"{'above' if d_val > 0 else 'below'} the baseline's")
+    return lines + ["", words + " (lower is better)."]
+
+
 def _discussion(r: dict) -> str:
     """What the numbers say, and, when the probe goal is missed, the likely cause and the remedies not run."""
     a, b = r["after"]["test"], r["before"]["test"]
+    curve = [v["nll"] for v in r.get("val_curve", [])]
+    if len(curve) < 2:  # reports made before the curve was recorded: read off their plot
+        trend = "the validation curve above was still falling when training stopped"
+    elif curve[-1] < curve[-2]:
+        trend = (f"the validation bound was still falling at the last validation ({curve[-2]:.3f} -> "
+                 f"{curve[-1]:.3f})")
+    else:
+        trend = f"the validation bound stopped falling at the end ({curve[-2]:.3f} -> {curve[-1]:.3f})"
+    n_frozen, scale = _lpft(r["config"]["train"])
+    # read off the samples of the runs made so far: the LP-FT run's keep much of the random vocabulary
+    samples = ("move from random vocabulary toward Austen's words and punctuation, still mixed with unrelated "
+               "words" if n_frozen or scale != 1.0 else "move from random vocabulary to Austen's words and punctuation")
     paras = [f"**Generation.** Fine-tuning lowers the test bound from {b['nll_nats_per_token']:.2f} to "
              f"{a['nll_nats_per_token']:.2f} nats per token (perplexity bound {b['perplexity']:,.0f} -> "
-             f"{a['perplexity']:,.0f}) after {r['after']['step']} steps, and the samples move from random "
-             "vocabulary to Austen's words and punctuation, without grammar yet: at this budget (a few hundred "
-             "thousand tokens on a shared CPU) the model is far from converged; the validation curve above was "
-             "still falling when training stopped."]
+             f"{a['perplexity']:,.0f}) after {r['after']['step']} steps, and the samples {samples}, without grammar "
+             "yet: at this budget (a few hundred thousand tokens on a shared CPU) the model is far from converged; "
+             f"{trend}."]
+    fits = 2 * len(r["probes"])
+    chosen = [p[tag]["C"] for p in r["probes"].values() for tag in ("before", "after")]
+    low, high = sum(c == min(PROBE_CS) for c in chosen), sum(c == max(PROBE_CS) for c in chosen)
+    edge_note = ""
+    if low or high:
+        edge_note = (" The cross-validation chose the grid's "
+                     + " and ".join(([f"strongest regularization (C = {min(PROBE_CS):g}) in {low}"] if low else [])
+                                    + ([f"weakest (C = {max(PROBE_CS):g}) in {high}"] if high else []))
+                     + f" of the {fits} fits, so the grid's edge may cap the accuracies; a wider grid was not tried.")
     worse = {t: p for t, p in r["probes"].items() if p["difference_interval"][1] < 0}
     if worse:
         names = ", ".join(worse)
-        edge = sum(p[tag]["C"] == min(PROBE_CS) for p in r["probes"].values() for tag in ("before", "after"))
-        fits = 2 * len(r["probes"])
+        if n_frozen or scale != 1.0:
+            paras.append(
+                f"**The probe still got worse on {names}, with LP-FT.** Training the head first ({n_frozen} steps, "
+                f"encoder frozen) and the encoder at {scale:g} x the head's learning rate is the remedy Kumar et al. "
+                "2022 give for feature distortion through a fresh head; here it did not keep the probe where it "
+                "was. Not tried: a longer head-only phase, a still smaller encoder learning rate, a longer "
+                "run, and probing an earlier layer." + edge_note)
+            return "\n\n".join(paras)
         paras.append(
             f"**Why the probe got worse on {names}: the likely cause, not tested here.** The MiniLM was trained as a "
             "sentence encoder whose mean-pooled last layer is its product; the MDLM objective instead asks the last "
@@ -297,10 +438,15 @@ def _discussion(r: dict) -> str:
             "that Kumar et al. 2022, \"Fine-Tuning can Distort Pretrained Features\", describe for fine-tuning "
             "with a fresh head). The out-of-domain genre probe did not move. Not tried for lack of CPU time: "
             "training the head alone first with the encoder frozen (linear probe, then fine-tune), a lower "
-            "learning rate for the encoder than for the head, a longer run, and probing an earlier layer."
-            + (f" The cross-validation chose the grid's strongest regularization (C = {min(PROBE_CS):g}) in {edge} "
-               f"of the {fits} fits, so the grid's edge may cap the accuracies; a wider grid was not tried."
-               if edge else ""))
+            "learning rate for the encoder than for the head, a longer run, and probing an earlier layer." + edge_note)
+    elif n_frozen or scale != 1.0:
+        paras.append(
+            "**LP-FT.** With the head trained first" + (f" ({n_frozen} steps, encoder frozen)" if n_frozen else "")
+            + f" and the encoder at {scale:g} x the head's learning rate (Kumar et al. 2022's remedy for feature "
+            "distortion through a fresh head), no probe is significantly worse after fine-tuning: every 95% interval "
+            "of after - before reaches 0 or above."
+            + (" The comparison with the baseline run below shows what that changed in the bound and the probes."
+               if "baseline" in r else "") + edge_note)
     return "\n\n".join(paras)
 
 
@@ -352,16 +498,16 @@ def main(argv: list[str] | None = None) -> int:
     tasks = {"austen-novel": austen_task(tokenizer, args.austen_passages, args.seq_len),
              "shakespeare-genre": shakespeare_task(tokenizer, args.shakespeare_passages, args.seq_len)}
 
-    def score(model: LoadedModel, tag: str) -> dict:
+    def score(model: LoadedModel, tag: str, samples: bool = True) -> dict:
         log(f"{tag}: test bound")
         test = evaluate_tokens(model, test_tokens, batch_size=args.batch_size, num_t_samples=args.t_samples,
                                seed=args.seed)
-        log(f"{tag}: samples")
-        gen = generate(model, config.sample)
-        out = {"step": model.step, "test": test,
-               "samples": {"texts": gen.texts, "sampler": gen.sampler, "denoiser_calls": gen.denoiser_calls,
-                           "seconds": gen.seconds,
-                           "metrics": diversity_metrics(gen.tokens)}, "features": {}}
+        out = {"step": model.step, "test": test, "features": {}}
+        if samples:
+            log(f"{tag}: samples")
+            gen = generate(model, config.sample)
+            out["samples"] = {"texts": gen.texts, "sampler": gen.sampler, "denoiser_calls": gen.denoiser_calls,
+                              "seconds": gen.seconds, "metrics": diversity_metrics(gen.tokens)}
         for name, task in tasks.items():
             log(f"{tag}: features for {name}")
             out["features"][name] = {split: mean_pooled_features(model.backbone, torch.from_numpy(task[f"x_{split}"]),
@@ -369,6 +515,10 @@ def main(argv: list[str] | None = None) -> int:
                                      for split in ("train", "test")}
         return out
 
+    baseline_dir = Path(args.baseline_run_dir) if args.baseline_run_dir else None
+    if baseline_dir is not None and not (baseline_dir / LAST_CHECKPOINT).is_file():
+        raise SystemExit(f"--baseline-run-dir {baseline_dir}: no {LAST_CHECKPOINT} there (a finished run of this "
+                         "pipeline is needed)")
     scores = {"before": score(before, "before")}
     del before
     log("fine-tuning")
@@ -380,6 +530,20 @@ def main(argv: list[str] | None = None) -> int:
     scores["after"] = score(after, "after")
     result["parameters"] = sum(p.numel() for p in after.backbone.parameters())
     result["vocab_size"] = tokenizer.vocab_size
+    result["val_curve"] = val_curve(run_dir)
+    if baseline_dir is not None:
+        import yaml
+
+        base = load_checkpoint(baseline_dir)
+        if base.seq_len != args.seq_len or base.tokenizer.vocab_size != tokenizer.vocab_size:
+            raise SystemExit(f"--baseline-run-dir {baseline_dir}: blocks of {base.seq_len} tokens over "
+                             f"{base.tokenizer.vocab_size} ids; this run has {args.seq_len} over "
+                             f"{tokenizer.vocab_size}")
+        scores["baseline"] = score(base, "baseline", samples=False)
+        base_train = yaml.safe_load((baseline_dir / "config.yaml").read_text())["train"]
+        result["baseline"] = {"run_dir": str(baseline_dir), "step": base.step, "train": base_train,
+                              "test": scores["baseline"]["test"], "val_curve": val_curve(baseline_dir)}
+        del base
 
     probes = {}
     for name, task in tasks.items():
@@ -389,6 +553,9 @@ def main(argv: list[str] | None = None) -> int:
         probes[name] = {"labels": task["labels"], "split": task["split"], **fits,
                         "difference_interval": paired_bootstrap(fits["before"]["correct"], fits["after"]["correct"],
                                                                 seed=args.seed)}
+        if "baseline" in fits:  # this run's accuracy minus the baseline's, paired over the same test passages
+            probes[name]["difference_interval_vs_baseline"] = paired_bootstrap(
+                fits["baseline"]["correct"], fits["after"]["correct"], seed=args.seed)
         for fit in fits.values():
             del fit["correct"]
     for s in scores.values():
@@ -398,7 +565,8 @@ def main(argv: list[str] | None = None) -> int:
     result["total_seconds"] = time.perf_counter() - start
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    _loss_curves(run_dir, out_dir / "loss_curves.png", scores["before"]["test"]["nll_nats_per_token"])
+    _loss_curves(run_dir, out_dir / "loss_curves.png", scores["before"]["test"]["nll_nats_per_token"],
+                 freeze_steps=config.train.freeze_backbone_steps, baseline_dir=baseline_dir)
     write_atomically(out_dir / "results.json", json.dumps(result, indent=2) + "\n")
     write_atomically(out_dir / "README.md", _markdown(result))
     log(f"written: {out_dir}/results.json, README.md, loss_curves.png")

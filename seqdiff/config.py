@@ -14,6 +14,7 @@ import ast
 import dataclasses
 import inspect
 import itertools
+import math
 import types
 import typing
 from dataclasses import dataclass, field
@@ -238,11 +239,22 @@ class TrainConfig:
     """Also log to Weights & Biases (offline unless WANDB_MODE says otherwise)."""
     progress_bar: bool = True
     """Show a progress bar."""
+    freeze_backbone_steps: int = 0
+    """For the first N optimizer steps only the output head is updated, the rest keeps its weights (LP-FT)."""
+    backbone_lr_scale: float = 1.0
+    """Learning-rate multiplier for every parameter outside the output head (the head trains at train.lr)."""
 
     def __post_init__(self) -> None:
         for key in ("max_steps", "val_every", "checkpoint_every", "log_every", "num_nodes"):
             if getattr(self, key) < 1:
                 raise ConfigError(f"train.{key} must be >= 1, got {getattr(self, key)}")
+        if not 0 <= self.freeze_backbone_steps <= self.max_steps:
+            raise ConfigError(f"train.freeze_backbone_steps must lie in [0, train.max_steps={self.max_steps}], got "
+                              f"{self.freeze_backbone_steps}")
+        if not (math.isfinite(self.backbone_lr_scale) and self.backbone_lr_scale > 0):
+            raise ConfigError(f"train.backbone_lr_scale must be a finite number > 0, got {self.backbone_lr_scale} (to "
+                              f"keep the backbone fixed for the whole run, set "
+                              f"train.freeze_backbone_steps=train.max_steps)")
 
 
 @dataclass

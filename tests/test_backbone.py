@@ -325,3 +325,14 @@ def test_hidden_states_layer_out_of_range_raises():
     model = make_model(False)
     with pytest.raises(ValueError, match=r"layer must be in \[0, 2\]"):
         model.hidden_states(tokens(1, 4), layer=3)
+
+
+@pytest.mark.parametrize("time_conditioning", [False, True])
+def test_head_parameters_are_what_acts_after_the_last_block(time_conditioning):
+    cfg = from_dict(ModelConfig, {"preset": "test", "max_seq_len": 16, "time_conditioning": time_conditioning})
+    model = build_backbone(cfg, 11, causal=False)
+    names = {id(p): n for n, p in model.named_parameters()}
+    head = sorted(names[id(p)] for p in model.head_parameters())
+    expected = ["final_modulation.bias", "final_modulation.weight"] if time_conditioning else \
+        ["norm_final.bias", "norm_final.weight"]
+    assert head == sorted(expected + ["output.bias", "output.weight"])

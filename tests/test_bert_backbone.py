@@ -200,3 +200,18 @@ def test_seqdiff_train_starts_from_the_bert_weights_and_the_run_travels(tmp_path
     # a missing directory is one clear line
     assert main([*args[:2], str(tmp_path / "run2"), "model.backbone=bert", "model.init_from=/nonexistent/bert"]) == 2
     assert "/nonexistent/bert/config.json does not exist" in capsys.readouterr().err
+
+
+def test_head_parameters_are_the_weights_an_encoder_checkpoint_leaves_fresh(tmp_path):
+    """For a BERT without a masked-LM head, the LP-FT "head" is exactly what loading leaves newly initialized;
+    for one with a head, the same parameters (now loaded); the tied decoder weight belongs to the encoder."""
+    _, encoder = hf_bert(tmp_path)
+    model, report = ours(encoder)
+    names = {id(p): n for n, p in model.named_parameters()}
+    head = sorted(names[id(p)] for p in model.head_parameters())
+    assert head == sorted(report["fresh"]) == ["head.bias", "head.dense.bias", "head.dense.weight", "head.norm.bias",
+                                               "head.norm.weight"]
+    _, mlm = hf_bert(tmp_path, mlm=True)
+    model, report = ours(mlm)
+    names = {id(p): n for n, p in model.named_parameters()}
+    assert report["fresh"] == [] and sorted(names[id(p)] for p in model.head_parameters()) == head

@@ -44,10 +44,23 @@ def test_preset_fills_and_explicit_keys_win():
     ("model.n_heads=3", "not divisible"),
     ("bogus.key=1", "allowed keys"),
     ("no_equals_sign", "section.key=value"),
+    ("train.freeze_backbone_steps=-1", r"train.freeze_backbone_steps must lie in \[0, train.max_steps=1000\], got -1"),
+    ("train.freeze_backbone_steps=1001", r"train.freeze_backbone_steps must lie in \[0, train.max_steps=1000\]"),
+    ("train.freeze_backbone_steps=1.5", "train.freeze_backbone_steps must be an integer"),
+    ("train.backbone_lr_scale=0", r"train.backbone_lr_scale must be a finite number > 0, got 0.*"
+                                  r"train.freeze_backbone_steps=train.max_steps"),
+    ("train.backbone_lr_scale=-0.1", "train.backbone_lr_scale must be a finite number > 0"),
+    ("train.backbone_lr_scale=.inf", "train.backbone_lr_scale must be a finite number > 0"),
 ])
 def test_bad_overrides_name_the_key(override, message):
     with pytest.raises(ConfigError, match=message):
         load_run_config(None, [override])
+
+
+def test_lp_ft_options_accept_their_bounds():
+    cfg = load_run_config(None, ["train.max_steps=10", "train.freeze_backbone_steps=10", "train.backbone_lr_scale=1"])
+    assert cfg.train.freeze_backbone_steps == 10 and cfg.train.backbone_lr_scale == 1.0
+    assert (RunConfig().train.freeze_backbone_steps, RunConfig().train.backbone_lr_scale) == (0, 1.0)
 
 
 def test_bad_recipe_files(tmp_path):

@@ -100,3 +100,21 @@ def test_bad_multi_process_settings_fail_before_anything_is_written(tmp_path, ca
     with pytest.raises(RunError, match="must divide by the 4"):
         train(load_run_config(None, [*RECIPE, "data.batch_size=6", "train.strategy=ddp", "train.devices=2",
                                      "train.num_nodes=2"]), tmp_path / "r2")
+
+
+def test_ddp_keeps_a_frozen_backbone_bit_for_bit(tmp_path, one_thread):
+    """train.freeze_backbone_steps under DDP: the body's all-reduced gradients are dropped like one process's,
+    so after the frozen steps it equals the single-process run's bit for bit (both are the initial weights)."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
+    opts = ["train.max_steps=2", "train.freeze_backbone_steps=2", "train.weight_decay=0.1", "train.val_every=2",
+            "train.checkpoint_every=2"]
+    for name, extra in (("ddp", ["train.strategy=ddp", "train.devices=2"]), ("one", ["train.devices=1"])):
+        cmd = [sys.executable, "-m", "seqdiff.cli", "train", "--run-dir", str(tmp_path / name), *RECIPE, *opts, *extra]
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+    ddp, one = (torch.load(tmp_path / name / "checkpoints" / "last.ckpt", weights_only=False)["state_dict"]
+                for name in ("ddp", "one"))
+    head = {"backbone.norm_final.weight", "backbone.norm_final.bias", "backbone.output.weight", "backbone.output.bias"}
+    assert head <= set(ddp)
+    for name in set(ddp) - head:
+        assert torch.equal(ddp[name], one[name]), name

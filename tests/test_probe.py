@@ -97,3 +97,16 @@ def test_bert_init_pipeline_end_to_end(tmp_path):
     assert result["config"]["model"]["n_layers"] == 6 and result["config"]["model"]["activation"] == "gelu"
     readme = (tmp_path / "report" / "README.md").read_text()
     assert result["command"] in readme and (tmp_path / "report" / "loss_curves.png").is_file()
+    # LP-FT against the run above: the encoder frozen for the first step, then at half the head's lr
+    lpft = ["--run-dir", str(tmp_path / "lpft"), "--out", str(tmp_path / "lpft_report"), "--max-steps", "3",
+            "--freeze-backbone-steps", "1", "--backbone-lr-scale", "0.5", "--val-every", "1",
+            "--baseline-run-dir", str(tmp_path / "run"), *argv[6:]]
+    assert main(lpft) == 0
+    result = json.loads((tmp_path / "lpft_report" / "results.json").read_text())
+    assert result["after"]["step"] == 3 and result["config"]["train"]["freeze_backbone_steps"] == 1
+    assert result["config"]["train"]["backbone_lr_scale"] == 0.5
+    assert [v["after_steps"] for v in result["val_curve"]] == [1, 2, 3]
+    assert result["baseline"]["step"] == 2 and result["baseline"]["train"]["freeze_backbone_steps"] == 0
+    assert all("difference_interval_vs_baseline" in p and "baseline" in p for p in result["probes"].values())
+    readme = (tmp_path / "lpft_report" / "README.md").read_text()
+    assert "LP-FT" in readme and "Compared with the baseline run" in readme

@@ -137,3 +137,111 @@ def test_time_conditioning_follows_the_method_unless_set(tmp_path):
     with pytest.raises(ConfigError, match="time_conditioning=true"):
         train(tiny_config(**{"method.name": "sedd", "model.time_conditioning": "false"}), tmp_path / "x")
     assert not (tmp_path / "x").exists()  # refused before anything was written
+
+
+# ---------------------------------------------------------------------------------------------- LP-FT options
+class Snapshots(L.Callback):
+    """Weights (and the EMA shadow, and which parameters AdamW holds state for) after every optimizer step."""
+
+    def __init__(self):
+        self.weights, self.ema, self.with_state = {}, {}, {}
+
+    def _take(self, trainer, module):
+        step = trainer.global_step
+        self.weights[step] = {n: p.detach().clone() for n, p in module.backbone.named_parameters()}
+        ema = next((c for c in trainer.callbacks if type(c).__name__ == "EMA"), None)
+        if ema is not None and ema.shadow is not None:
+            self.ema[step] = {n: v.clone() for n, v in ema.shadow.items()}
+        state = trainer.optimizers[0].state
+        self.with_state[step] = {n for n, p in module.backbone.named_parameters() if len(state.get(p, {})) > 0}
+
+    def on_train_start(self, trainer, module):
+        self._take(trainer, module)
+
+    def on_train_batch_end(self, trainer, module, *args):
+        self._take(trainer, module)
+
+
+@pytest.mark.parametrize("backbone", ["dit", "bert"])
+def test_frozen_backbone_keeps_its_weights_bit_for_bit_then_trains(tmp_path, backbone):
+    n_frozen, scale = 4, 0.25
+    cfg = tiny_config(**{"model.backbone": backbone, "model.time_conditioning": "false", "train.max_steps": 8,
+                         "train.freeze_backbone_steps": n_frozen, "train.backbone_lr_scale": scale,
+                         "train.weight_decay": 0.1, "train.lr_schedule": "constant", "train.log_every": 1,
+                         "train.val_every": 8, "train.ema_decay": 0.9})
+    snaps = Snapshots()
+    result = train(cfg, tmp_path / "r", extra_callbacks=[snaps])
+    module = result.module
+    head = {n for n, p in module.backbone.named_parameters()
+            if any(p is q for q in module.backbone.head_parameters())}
+    body = {n for n, _ in module.backbone.named_parameters()} - head
+    assert head and body
+    w = snaps.weights
+    for step in range(1, n_frozen + 1):  # weight decay 0.1 would move any weight AdamW touched
+        for n in body:
+            assert torch.equal(w[step][n], w[0][n]), (step, n)
+            assert torch.equal(snaps.ema[step][n], w[0][n]), (step, n)
+        assert snaps.with_state[step] == head  # no AdamW state for the frozen weights
+    assert all(not torch.equal(w[1][n], w[0][n]) for n in head)
+    moved = [n for n in body if not torch.equal(w[n_frozen + 1][n], w[n_frozen][n])]
+    assert len(moved) == len(body), sorted(body - set(moved))
+    assert snaps.with_state[8] == head | body
+
+    groups = result.trainer.optimizers[0].param_groups
+    assert [g["name"] for g in groups] == ["head", "head", "body", "body"]
+    assert {id(p) for g in groups[:2] for p in g["params"]} == {id(p) for p in module.backbone.head_parameters()}
+    assert [g["initial_lr"] for g in groups] == pytest.approx([1e-3, 1e-3, 1e-3 * scale, 1e-3 * scale])
+    df = pd.read_csv(tmp_path / "r" / "logs" / "metrics.csv")
+    df = df[df["lr"].notna()].sort_values("step")
+    assert len(df) == 8
+    body_lr, head_lr = df["lr_backbone"].to_numpy(), df["lr"].to_numpy()
+    # steps 0-3 frozen (lr 0), step 4 the body's warm-up (1 of 2), then train.lr * scale
+    assert body_lr[:n_frozen].tolist() == [0.0] * n_frozen
+    assert body_lr[n_frozen] / head_lr[n_frozen] == pytest.approx(scale / 2)
+    assert body_lr[n_frozen + 1:] / head_lr[n_frozen + 1:] == pytest.approx([scale] * 3)
+
+
+def test_backbone_lr_multiplier_follows_warm_up_and_decay():
+    from seqdiff.training.module import backbone_lr_lambda
+
+    cfg = tiny_config(**{"train.max_steps": 100, "train.warmup_steps": 10}).train
+    head = lr_lambda(cfg)
+    unfrozen = backbone_lr_lambda(cfg)  # freeze_backbone_steps = 0: the head's schedule
+    assert [unfrozen(s) for s in range(101)] == [head(s) for s in range(101)]
+    cfg = tiny_config(**{"train.max_steps": 100, "train.warmup_steps": 10, "train.freeze_backbone_steps": 30}).train
+    f, head = backbone_lr_lambda(cfg), lr_lambda(cfg)
+    assert all(f(s) == 0.0 for s in range(30))
+    assert f(30) == pytest.approx(0.1 * head(30)) and f(34) == pytest.approx(0.5 * head(34))
+    assert all(f(s) == pytest.approx(head(s)) for s in range(39, 101))  # warmed up: the same cosine
+
+
+def test_default_options_keep_the_two_optimizer_groups(tmp_path):
+    """Checkpoints written before the LP-FT options hold two groups (decay / no decay); they must resume."""
+    result = train(tiny_config(**{"train.max_steps": 1, "train.val_every": 1}), tmp_path / "r")
+    groups = result.trainer.optimizers[0].param_groups
+    assert len(groups) == 2 and "name" not in groups[0]
+    assert [g["weight_decay"] for g in groups] == [0.0, 0.0]
+
+
+def test_resume_inside_the_frozen_phase_repeats_the_uninterrupted_run(tmp_path):
+    cfg = tiny_config(**{"train.log_every": 1, "train.freeze_backbone_steps": 4, "train.backbone_lr_scale": 0.5,
+                         "train.weight_decay": 0.1})
+    full = train(cfg, tmp_path / "full")
+    part = train(cfg, tmp_path / "part", extra_callbacks=[StopAt(3)])
+    assert part.trainer.global_step == 3
+    resumed = train(cfg, tmp_path / "part", resume=True)
+    assert resumed.trainer.global_step == 8
+    a, b = _losses(tmp_path / "full"), _losses(tmp_path / "part")
+    torch.testing.assert_close(torch.tensor(b.loc[a.index].values), torch.tensor(a.values), rtol=1e-5, atol=1e-6)
+    for (n, p), (_, q) in zip(full.module.backbone.named_parameters(), resumed.module.backbone.named_parameters()):
+        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6, msg=n)
+
+
+def test_the_final_step_is_checkpointed_when_max_steps_is_not_a_multiple(tmp_path):
+    from seqdiff.checkpoint import load_checkpoint
+
+    cfg = tiny_config(**{"train.max_steps": 5, "train.checkpoint_every": 2, "train.val_every": 5})
+    result = train(cfg, tmp_path / "r")
+    assert torch.load(result.checkpoint, weights_only=False)["global_step"] == 5
+    assert sorted(p.name for p in (tmp_path / "r" / "checkpoints").iterdir()) == ["last.ckpt", "step5.ckpt"]
+    assert load_checkpoint(tmp_path / "r").step == 5

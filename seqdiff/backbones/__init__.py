@@ -2,7 +2,9 @@
 
 `BACKBONES` maps the `model.backbone` config key to a class built as `cls(cfg, vocab_size, causal)`.
 A class that can start from published weights (`model.init_from`) also has `config_from_pretrained(path)`
-(the ModelConfig fields the weights fix) and `load_pretrained(path)`.
+(the ModelConfig fields the weights fix) and `load_pretrained(path)`. `head_parameters()` lists the output
+head's parameters (what acts after the last block), for `train.freeze_backbone_steps` and
+`train.backbone_lr_scale`.
 """
 
 from __future__ import annotations

@@ -142,6 +142,15 @@ class Bert(nn.Module):
         """Hidden states (B, L, H) -> logits (B, L, V) through the masked-LM head."""
         return self.head(h, self.embeddings.word.weight).float()
 
+    def head_parameters(self) -> list[nn.Parameter]:
+        """The output head's own parameters: the masked-LM transform (dense, LayerNorm) and the decoder bias.
+
+        The decoder weight is the word embedding (tied), so it belongs to the encoder, not to this list. For a
+        checkpoint without a masked-LM head (the MiniLM) these are exactly the weights `load_pretrained` leaves
+        fresh; `train.freeze_backbone_steps` trains only them at first, `train.backbone_lr_scale` spares them.
+        """
+        return list(self.head.parameters())
+
     def hidden_states(self, input_ids: Tensor, noise_level: Tensor | None = None,
                       attention_mask: Tensor | None = None) -> Tensor:
         """The last block's output (B, L, hidden_size): BertModel's `last_hidden_state`.

@@ -232,6 +232,14 @@ class DiT(nn.Module):
         h = self.hidden_states(input_ids, noise_level, attention_mask, kv_cache=kv_cache)  # (B, L, H)
         return self.output(h).float()  # (B, L, V)
 
+    def head_parameters(self) -> list[nn.Parameter]:
+        """The output head: what acts after the last block (final LayerNorm or its adaLN modulation, output Linear).
+
+        `train.freeze_backbone_steps` trains only these at first; `train.backbone_lr_scale` spares them.
+        """
+        modules = [self.norm_final, self.final_modulation, self.output]
+        return [p for m in modules if m is not None for p in m.parameters()]
+
     def hidden_states(
         self,
         input_ids: Tensor,

@@ -2,6 +2,18 @@
 
 Each training step draws its noise from a generator seeded by (seed, global step), and reseeds the global
 RNG the same way (for dropout), so a run resumed from a checkpoint repeats an uninterrupted run exactly.
+
+Head first, then everything (LP-FT; Kumar et al. 2022, "Fine-Tuning can Distort Pretrained Features",
+arXiv:2202.10054): the backbone's `head_parameters()` are the output head, the rest is "the body".
+- `train.freeze_backbone_steps = N`: for the first N optimizer steps the body's gradients are dropped
+  (set to None) before clipping and the optimizer step, so AdamW neither moves them (no update, no weight
+  decay) nor keeps state for them, and the clipping norm counts the head alone. Gradients are still
+  computed (every strategy, DDP included, sees the same graph); the body's weights stay bit-identical.
+- `train.backbone_lr_scale = s`: the body's parameter groups start at s * train.lr, the head's at train.lr.
+- With either option the body follows its own multiplier: 0 before step N, then a fresh linear warm-up over
+  train.warmup_steps (AdamW's first steps on newly trained weights are full-size), times the same decay as
+  the head (constant, or cosine to zero at max_steps).
+Without them the optimizer has the two groups it always had (decay / no decay), so old checkpoints resume.
 """
 
 from __future__ import annotations
@@ -12,7 +24,7 @@ from typing import Any
 import lightning as L
 import torch
 
-from seqdiff.config import MethodConfig, ModelConfig, TrainConfig, from_dict
+from seqdiff.config import ConfigError, MethodConfig, ModelConfig, TrainConfig, from_dict
 from seqdiff.data.blocks import step_generator
 from seqdiff.methods import Batch, build_model
 from seqdiff.tokenizers import tokenizer_from_dict
@@ -42,8 +54,19 @@ class SeqDiffModule(L.LightningModule):
         out = self.method.loss(self.backbone, Batch.from_any(batch), generator)
         self.log("train/loss", out.loss, prog_bar=True)  # with several processes: process 0's share of the batch
         self.log("train/bits_per_token", out.nll_sum / out.num_tokens / math.log(2))
-        self.log("lr", self.trainer.optimizers[0].param_groups[0]["lr"])
+        groups = self.trainer.optimizers[0].param_groups
+        self.log("lr", groups[0]["lr"])  # the head's when the groups are split (it comes first)
+        body = [g["lr"] for g in groups if g.get("name") == "body"]
+        if body:
+            self.log("lr_backbone", body[0])
         return out.loss
+
+    def on_before_optimizer_step(self, optimizer) -> None:
+        """During the frozen phase drop the body's gradients: AdamW skips parameters whose grad is None."""
+        if self.global_step < self.train_config.freeze_backbone_steps:
+            _, body = self.head_and_body()
+            for p in body:
+                p.grad = None
 
     # ---------------------------------------------------------------- evaluation
     def _eval_step(self, batch, split: str, batch_idx: int):
@@ -80,17 +103,46 @@ class SeqDiffModule(L.LightningModule):
         self._eval_end("test")
 
     # ---------------------------------------------------------------- optimization
+    def head_and_body(self) -> tuple[list[torch.nn.Parameter], list[torch.nn.Parameter]]:
+        """The backbone's parameters split into (output head, the rest), each in `named_parameters` order."""
+        if not hasattr(self.backbone, "head_parameters"):
+            raise ConfigError(f"train.freeze_backbone_steps / train.backbone_lr_scale need a backbone with "
+                              f"head_parameters(); {type(self.backbone).__name__} has none")
+        head_ids = {id(p) for p in self.backbone.head_parameters()}
+        head, body = [], []
+        for p in self.backbone.parameters():
+            (head if id(p) in head_ids else body).append(p)
+        return head, body
+
     def configure_optimizers(self):
         cfg = self.train_config
-        decay, no_decay = [], []
-        for p in self.backbone.parameters():
-            (decay if p.ndim >= 2 else no_decay).append(p)
-        optimizer = torch.optim.AdamW(
-            [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-            lr=cfg.lr, betas=tuple(cfg.betas),
-        )
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg))
+
+        def split(params, **extra):  # weight decay for matrices only
+            decay = [p for p in params if p.ndim >= 2]
+            no_decay = [p for p in params if p.ndim < 2]
+            return [g for g in ({"params": decay, "weight_decay": cfg.weight_decay, **extra},
+                                {"params": no_decay, "weight_decay": 0.0, **extra}) if g["params"]]
+
+        if cfg.freeze_backbone_steps == 0 and cfg.backbone_lr_scale == 1.0:
+            groups = split(list(self.backbone.parameters()))  # the layout every earlier checkpoint holds
+            lambdas = [lr_lambda(cfg)] * len(groups)
+        else:
+            head, body = self.head_and_body()
+            head_groups = split(head, name="head", lr=cfg.lr)
+            body_groups = split(body, name="body", lr=cfg.lr * cfg.backbone_lr_scale)
+            groups = head_groups + body_groups
+            lambdas = [lr_lambda(cfg)] * len(head_groups) + [backbone_lr_lambda(cfg)] * len(body_groups)
+        optimizer = torch.optim.AdamW(groups, lr=cfg.lr, betas=tuple(cfg.betas))
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambdas)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+
+def _decay(cfg: TrainConfig, step: int) -> float:
+    """After warm-up: 1 (constant) or the cosine from 1 at warmup_steps to 0 at max_steps."""
+    if cfg.lr_schedule == "constant" or step < cfg.warmup_steps:
+        return 1.0
+    progress = (step - cfg.warmup_steps) / max(1, cfg.max_steps - cfg.warmup_steps)
+    return 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
 
 
 def lr_lambda(cfg: TrainConfig):
@@ -99,9 +151,20 @@ def lr_lambda(cfg: TrainConfig):
     def factor(step: int) -> float:
         if step < cfg.warmup_steps:
             return (step + 1) / cfg.warmup_steps
-        if cfg.lr_schedule == "constant":
-            return 1.0
-        progress = (step - cfg.warmup_steps) / max(1, cfg.max_steps - cfg.warmup_steps)
-        return 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+        return _decay(cfg, step)
+
+    return factor
+
+
+def backbone_lr_lambda(cfg: TrainConfig):
+    """The body's multiplier of its lr (train.lr * backbone_lr_scale): 0 while frozen, then its own linear
+    warm-up over warmup_steps from the step it is released, times the head's decay."""
+    start = cfg.freeze_backbone_steps
+
+    def factor(step: int) -> float:
+        if step < start:
+            return 0.0
+        warm = min(1.0, (step - start + 1) / cfg.warmup_steps) if cfg.warmup_steps > 0 else 1.0
+        return warm * _decay(cfg, step)
 
     return factor

@@ -58,6 +58,22 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         os.replace(tmp, path)
 
 
+class StepCheckpoint(ModelCheckpoint):
+    """ModelCheckpoint that also writes the final step when max_steps is not a multiple of checkpoint_every.
+
+    Lightning's own writes last.ckpt at the end of training only when no checkpoint was written before, so a
+    run of 250 steps checkpointed every 83 would end with the weights of step 249 on disk (and a second call
+    would resume it for one step, again and again).
+    """
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        if not self._should_skip_saving_checkpoint(trainer):  # skips when this step is already on disk
+            candidates = self._monitor_candidates(trainer)
+            self._save_topk_checkpoint(trainer, candidates)
+            self._save_last_checkpoint(trainer, candidates)
+        super().on_train_end(trainer, pl_module)
+
+
 class WandbSamples(L.Callback):
     """After each validation (EMA weights swapped in), log a table of samples to the wandb run (rank 0).
 
@@ -201,9 +217,9 @@ def train(config: RunConfig, run_dir: str | Path, resume: bool = False,
             print(f"seqdiff: {len(loaded['loaded'])} weights loaded from {config.model.init_from}{fresh}",
                   file=sys.stderr)
 
-    callbacks = [ModelCheckpoint(dirpath=run_dir / "checkpoints", filename="step{step}", save_last=True,
-                                 every_n_train_steps=tcfg.checkpoint_every, save_top_k=1,
-                                 auto_insert_metric_name=False)]
+    callbacks = [StepCheckpoint(dirpath=run_dir / "checkpoints", filename="step{step}", save_last=True,
+                                every_n_train_steps=tcfg.checkpoint_every, save_top_k=1,
+                                auto_insert_metric_name=False)]
     if tcfg.ema_decay > 0:
         callbacks.append(EMA(tcfg.ema_decay))
     if tcfg.progress_bar:
