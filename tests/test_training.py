@@ -39,17 +39,22 @@ def _losses(run_dir):
     return df.set_index("step")["train/loss"]
 
 
-@pytest.mark.parametrize("method", ["mdlm", "ar"])
-def test_resume_repeats_uninterrupted_run(tmp_path, method):
-    cfg = tiny_config(**{"method.name": method, "train.log_every": 1})
+def _interrupted_and_resumed(tmp_path, cfg, stop_at: int):
+    """(uninterrupted run, run stopped after `stop_at` steps then resumed); their logged losses must agree."""
     full = train(cfg, tmp_path / "full")
-    part = train(cfg, tmp_path / "part", extra_callbacks=[StopAt(4)])
-    assert part.trainer.global_step == 4
+    part = train(cfg, tmp_path / "part", extra_callbacks=[StopAt(stop_at)])
+    assert part.trainer.global_step == stop_at
     resumed = train(cfg, tmp_path / "part", resume=True)
     assert resumed.trainer.global_step == 8
     a, b = _losses(tmp_path / "full"), _losses(tmp_path / "part")
     assert len(a) == 8
     torch.testing.assert_close(torch.tensor(b.loc[a.index].values), torch.tensor(a.values), rtol=1e-5, atol=1e-6)
+    return full, resumed
+
+
+@pytest.mark.parametrize("method", ["mdlm", "ar"])
+def test_resume_repeats_uninterrupted_run(tmp_path, method):
+    full, resumed = _interrupted_and_resumed(tmp_path, tiny_config(**{"method.name": method, "train.log_every": 1}), 4)
     for (n, p), (_, q) in zip(full.module.backbone.named_parameters(), resumed.module.backbone.named_parameters()):
         torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6, msg=n)
     ema_a = torch.load(full.checkpoint, weights_only=False)["ema_state_dict"]
@@ -226,13 +231,7 @@ def test_default_options_keep_the_two_optimizer_groups(tmp_path):
 def test_resume_inside_the_frozen_phase_repeats_the_uninterrupted_run(tmp_path):
     cfg = tiny_config(**{"train.log_every": 1, "train.freeze_backbone_steps": 4, "train.backbone_lr_scale": 0.5,
                          "train.weight_decay": 0.1})
-    full = train(cfg, tmp_path / "full")
-    part = train(cfg, tmp_path / "part", extra_callbacks=[StopAt(3)])
-    assert part.trainer.global_step == 3
-    resumed = train(cfg, tmp_path / "part", resume=True)
-    assert resumed.trainer.global_step == 8
-    a, b = _losses(tmp_path / "full"), _losses(tmp_path / "part")
-    torch.testing.assert_close(torch.tensor(b.loc[a.index].values), torch.tensor(a.values), rtol=1e-5, atol=1e-6)
+    full, resumed = _interrupted_and_resumed(tmp_path, cfg, 3)
     for (n, p), (_, q) in zip(full.module.backbone.named_parameters(), resumed.module.backbone.named_parameters()):
         torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6, msg=n)
 

@@ -122,6 +122,22 @@ def truncate(sequences: Sequence[str], max_len: int, rule: str) -> tuple[list[st
 
 
 # --------------------------------------------------------------------------------------------- splits
+def hf_split_columns(data, where: str, required: Sequence[str], splits: Sequence[str] = ("train", "test")
+                     ) -> dict[str, dict[str, list]]:
+    """{split: {column: values}} of a loaded Hugging Face DatasetDict, refusing a missing split or column with
+    a message that names `where`."""
+    out = {}
+    for split in splits:
+        if split not in data:
+            raise ProbeError(f"{where} has no {split!r} split (splits: {list(data)})")
+        columns = data[split][:]  # dict of column lists
+        missing = [c for c in required if c not in columns]
+        if missing:
+            raise ProbeError(f"{where} {split}: no column {', '.join(missing)}; found {sorted(columns)}")
+        out[split] = columns
+    return out
+
+
 def stratified_split(labels: np.ndarray, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """(kept, held-out) index arrays; each class gives round(fraction * its count) examples (at least 1)."""
     rng = np.random.default_rng(seed)

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from seqdiff.probes.data import Benchmark, LabeledSequences, ProbeError
+from seqdiff.probes.data import Benchmark, LabeledSequences, ProbeError, hf_split_columns
 
 
 @dataclass(frozen=True)
@@ -122,14 +122,8 @@ def load_from_hf(name: str, load_dataset: Callable[..., Any] | None = None) -> B
         data = load_dataset(dataset_id)
     except Exception as e:  # offline: ConnectionError, OfflineModeIsEnabled, FileNotFoundError, ...
         raise ProbeError(f"cannot load {dataset_id} with datasets (offline?): {e}") from e
-    splits = {}
-    for split in SPLITS:
-        if split not in data:
-            raise ProbeError(f"{dataset_id} has no {split!r} split (splits: {list(data)})")
-        columns = data[split][:]  # dict of column lists
-        if "seq" not in columns or "label" not in columns:
-            raise ProbeError(f"{dataset_id} {split}: expected columns seq, label; found {sorted(columns)}")
-        splits[split] = LabeledSequences(list(columns["seq"]), np.array(columns["label"]))
+    splits = {split: LabeledSequences(list(columns["seq"]), np.array(columns["label"]))
+              for split, columns in hf_split_columns(data, dataset_id, ("seq", "label"), SPLITS).items()}
     n_classes = int(max(splits["train"].labels.max(), splits["test"].labels.max())) + 1
     return Benchmark(name=name, classes=[str(i) for i in range(n_classes)], train=splits["train"],
                      test=splits["test"], max_len=DATASETS[name].max_len, source=dataset_id)

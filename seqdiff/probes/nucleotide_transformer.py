@@ -47,7 +47,7 @@ from typing import Any
 
 import numpy as np
 
-from seqdiff.probes.data import Benchmark, LabeledSequences, ProbeError, read_table
+from seqdiff.probes.data import Benchmark, LabeledSequences, ProbeError, hf_split_columns, read_table
 
 SPLITS = ("train", "test")
 FILE_LAYOUT = "TASK/{train,test}.parquet (or .fna / .csv)"
@@ -274,13 +274,7 @@ def load_from_hf_cache(collection: NTCollection, task: NTTask, load_dataset: Cal
     except Exception as e:  # not cached: ConnectionError, FileNotFoundError, OfflineModeIsEnabled, ...
         raise ProbeError(f"{where} is not in the local Hugging Face cache: {e}") from e
     splits = {}
-    for split in SPLITS:
-        if split not in data:
-            raise ProbeError(f"{where} has no {split!r} split (splits: {list(data)})")
-        columns = data[split][:]  # dict of column lists
-        missing = [c for c in ("sequence", "label") if c not in columns]
-        if missing:
-            raise ProbeError(f"{where} {split}: no column {', '.join(missing)}; found {sorted(columns)}")
+    for split, columns in hf_split_columns(data, where, ("sequence", "label"), SPLITS).items():
         columns = _keep_task(columns, task.name, f"{where} {split}")
         labels = _int_labels(columns["label"], f"{where} {split}")
         splits[split] = _checked([str(s) for s in columns["sequence"]], labels, task, f"{where} {split}")
