@@ -27,9 +27,7 @@ class ARSampler(Sampler):
     @torch.no_grad()
     def generate(self, batch_size: int, seq_len: int, generator: torch.Generator | None = None,
                  given: Tensor | None = None) -> SampleOutput:
-        self.check_length(seq_len)
-        device = next(self.backbone.parameters()).device
-        given = self.check_given(given, batch_size, seq_len, self.method.vocab_size, device)
+        device, given = self.prepare(batch_size, seq_len, given)
         fixed = None
         if given is not None:
             fixed = given >= 0  # (B, L)

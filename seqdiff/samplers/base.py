@@ -65,6 +65,12 @@ class Sampler(ABC):
         if seq_len > max_len:
             raise SamplerError(f"sample.seq_len={seq_len} exceeds the model's max_seq_len={max_len}")
 
+    def prepare(self, batch_size: int, seq_len: int, given: Tensor | None) -> tuple[torch.device, Tensor | None]:
+        """The checks every `generate` starts with: (the backbone's device, `given` checked and on it)."""
+        self.check_length(seq_len)
+        device = next(self.backbone.parameters()).device
+        return device, self.check_given(given, batch_size, seq_len, self.method.vocab_size, device)
+
     @staticmethod
     def check_given(given: Tensor | None, batch_size: int, seq_len: int, vocab_size: int, device) -> Tensor | None:
         """Conditioning as (B, L) long on `device`: a token id where the token is given, -1 where it is free.

@@ -89,10 +89,8 @@ class EDLMImportanceSampler(MDLMCachedSampler):
     @torch.no_grad()
     def generate(self, batch_size: int, seq_len: int, generator: torch.Generator | None = None,
                  given: Tensor | None = None) -> SampleOutput:
-        self.check_length(seq_len)
-        device = next(self.backbone.parameters()).device
+        device, given = self.prepare(batch_size, seq_len, given)
         method = self.method
-        given = self.check_given(given, batch_size, seq_len, method.vocab_size, device)
         gens = row_generators(batch_size, generator, device)
         x = torch.full((batch_size, seq_len), method.mask_id, dtype=torch.long, device=device)  # (B, L)
         if given is not None:

@@ -44,10 +44,8 @@ class MDLMAncestralSampler(Sampler):
     @torch.no_grad()
     def generate(self, batch_size: int, seq_len: int, generator: torch.Generator | None = None,
                  given: Tensor | None = None) -> SampleOutput:
-        self.check_length(seq_len)
-        device = next(self.backbone.parameters()).device
+        device, given = self.prepare(batch_size, seq_len, given)
         method = self.method
-        given = self.check_given(given, batch_size, seq_len, method.vocab_size, device)
         x = torch.full((batch_size, seq_len), method.mask_id, dtype=torch.long, device=device)  # (B, L)
         if given is not None:
             if (given == method.mask_id).any():

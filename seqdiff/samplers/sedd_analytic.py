@@ -51,10 +51,8 @@ class SEDDAnalyticSampler(Sampler):
     @torch.no_grad()
     def generate(self, batch_size: int, seq_len: int, generator: torch.Generator | None = None,
                  given: Tensor | None = None) -> SampleOutput:
-        self.check_length(seq_len)
-        device = next(self.backbone.parameters()).device
+        device, given = self.prepare(batch_size, seq_len, given)
         method = self.method
-        given = self.check_given(given, batch_size, seq_len, method.vocab_size, device)
         fixed = None if given is None else given >= 0  # (B, L)
         x = method.graph.sample_limit((batch_size, seq_len), generator, device)  # (B, L)
         if fixed is not None:
