@@ -99,3 +99,81 @@ def test_effective_sample_size_closed_form_and_errors():
         build_sampler("edlm", method, TinyNet(4), steps=4, energy=CountEnergy(), k=0)
     with pytest.raises(SamplerError, match="edlm-window"):
         build_sampler("edlm", method, TinyNet(4), steps=4, energy=CountEnergy(), window=1.5)
+
+
+def _enumerated_generation_law(method, mu_net, energy, L, steps):
+    """Exact law of the final sequence of EDLM generation with k -> infinity and w = 1: every step draws x0 from
+    mu(x0 | x_t) exp(-E) / Z over the completions of x_t and reveals each masked position with the MDLM
+    probability. Enumerated over reveal sets and x0; returns (K^L,) probabilities."""
+    import itertools
+
+    S = states(L)
+    law = torch.zeros(len(S), dtype=torch.float64)
+    grid = torch.linspace(1, 0, steps + 1, dtype=torch.float64)
+
+    def walk(xt, i, p):
+        if i == steps or not (xt == MASK).any():
+            if (xt == MASK).any():  # noise removal: argmax of mu
+                probs = torch.softmax(mu_net(xt[None]).double(), -1)[0]
+                xt = torch.where(xt == MASK, probs.argmax(-1), xt)
+            law[index_of(xt)] += p
+            return
+        t, s = grid[i : i + 1], grid[i + 1 : i + 2]
+        a_t, a_s = method.schedule.alpha(t), method.schedule.alpha(s)
+        r = float(((a_s - a_t) / method.schedule.one_minus_alpha(t)).clamp(0, 1))
+        probs = torch.softmax(mu_net(xt[None]).double(), -1)[0]  # (L, V)
+        comp = S[((S == xt) | (xt == MASK)).all(-1)]
+        mu = probs[torch.arange(L), comp].where(xt == MASK, torch.ones(())).prod(-1)
+        target = mu * torch.exp(-energy.table[index_of(comp)])
+        target = target / target.sum()
+        masked = (xt == MASK).nonzero().flatten().tolist()
+        for size in range(len(masked) + 1):
+            for reveal in itertools.combinations(masked, size):
+                pr = r**size * (1 - r) ** (len(masked) - size)
+                if pr == 0:
+                    continue
+                nxt = {}
+                for c, q in zip(comp, target):
+                    xs = xt.clone()
+                    xs[list(reveal)] = c[list(reveal)]
+                    key = tuple(xs.tolist())
+                    nxt[key] = nxt.get(key, 0.0) + float(q)
+                for key, q in nxt.items():
+                    walk(torch.tensor(key), i + 1, p * pr * q)
+
+    walk(torch.full((L,), MASK), 0, 1.0)
+    return law
+
+
+def test_whole_generation_follows_the_enumerated_edlm_law():
+    """Revealed positions are drawn before the candidates (rows revealing nothing skip the importance step): the
+    final sequences of a full run with large k must still follow the enumerated EDLM process, and with k = 1
+    the MDLM process instead (a measurably different law, so the test can fail)."""
+    L, N, steps = 2, 3000, 3
+    g = torch.Generator().manual_seed(5)
+    joint = torch.rand(9, generator=g, dtype=torch.float64) + 0.1
+    mu_net = JointOracle(joint / joint.sum(), L, 3, TOK.vocab_size, MASK)
+    energy = TableEnergy(1.5 * torch.randn(9, generator=g, dtype=torch.float64))
+    method = MDLM(MethodConfig(), TOK)
+    target = _enumerated_generation_law(method, mu_net, energy, L, steps)
+
+    def freq(k):
+        sampler = EDLMImportanceSampler(method, mu_net, steps=steps, energy=energy, k=k, window=1.0)
+        x = sampler.generate(N, L, torch.Generator().manual_seed(k)).tokens
+        return torch.bincount(index_of(x), minlength=9).double() / N
+
+    tv_large = 0.5 * (freq(32) - target).abs().sum()
+    tv_one = 0.5 * (freq(1) - target).abs().sum()
+    assert tv_large < 0.04, tv_large
+    assert tv_one > 0.1, tv_one
+
+
+def test_steps_that_reveal_nothing_draw_no_candidates():
+    """With many more steps than positions most steps reveal nothing: importance steps (energy evaluations)
+    are bounded by the number of revealed positions, not by the number of steps."""
+    B, L, steps = 2, 4, 64
+    sampler = _sampler(TinyNet(L), k=3, window=1.0, steps=steps)
+    out = sampler.generate(B, L, torch.Generator().manual_seed(0))
+    assert not (out.tokens == MASK).any()
+    assert 1 <= len(sampler.ess) <= B * L < steps
+    assert out.num_denoiser_calls <= B * L + 1  # the first call, then one per step that changed a row

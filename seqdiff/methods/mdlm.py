@@ -147,15 +147,21 @@ class MDLM(Method):
         if not self.subs:
             return absorbing_reverse_step(x0_probs, xt, self.grid_alpha(s.double()), self.grid_alpha(t.double()),
                                           self.mask_id, generator)
-        a_t = self.schedule.alpha(t.double())[:, None]  # (B, 1)
-        a_s = self.schedule.alpha(s.double())[:, None]
-        reveal_p = ((a_s - a_t) / self.schedule.one_minus_alpha(t.double())[:, None]).clamp(0, 1)
-        u = torch.rand(xt.shape, generator=generator, device=xt.device, dtype=torch.float64)
-        reveal = (xt == self.mask_id) & (u < reveal_p)  # (B, L)
+        reveal = self.reveal_mask(xt, t, s, generator)  # (B, L)
         xs = xt.clone()
         if reveal.any():
             xs[reveal] = sample_categorical(x0_probs[reveal], generator)
         return xs
+
+    def reveal_mask(self, xt: Tensor, t: Tensor, s: Tensor, generator: torch.Generator | None = None) -> Tensor:
+        """(B, L) positions a SUBS reverse step from t to s reveals: each masked token independently, with
+        probability (alpha_s - alpha_t) / (1 - alpha_t). Independent of x0, so samplers may draw it first and
+        skip work for rows that reveal nothing (the EDLM sampler does)."""
+        a_t = self.schedule.alpha(t.double())[:, None]  # (B, 1)
+        a_s = self.schedule.alpha(s.double())[:, None]
+        reveal_p = ((a_s - a_t) / self.schedule.one_minus_alpha(t.double())[:, None]).clamp(0, 1)
+        u = torch.rand(xt.shape, generator=generator, device=xt.device, dtype=torch.float64)
+        return (xt == self.mask_id) & (u < reveal_p)
 
     def fill_remaining(self, x0_probs: Tensor, xt: Tensor) -> Tensor:
         """Final noise removal: any token still masked takes its most likely value (never MASK itself)."""

@@ -8,7 +8,9 @@ For a step from t to s with t >= 1 - w (the window; w = 1: every step):
   4. x_s ~ q(x_s | x_t, x0): each masked token is revealed, to the chosen candidate's token, with probability
      (alpha_s - alpha_t) / (1 - alpha_t) -- the MDLM reverse step with a one-hot x0.
 Outside the window, plain cached MDLM steps (late steps reveal few tokens, where mu's factorization costs
-least). With k = 1 or a constant energy, every step is an MDLM step in law. As k grows the step tends to the
+least). Which positions a step reveals does not depend on x0, so it is drawn first: a row that reveals nothing
+this step keeps x_t and needs no candidates (same law, and with steps >= length most steps cost nothing, as in
+the cached MDLM sampler). With k = 1 or a constant energy, every step is an MDLM step in law. As k grows the step tends to the
 exact EDLM step (a brute-force test checks it).
 
 Batch independence: every random draw of row r comes from its own generator, seeded from the caller's
@@ -104,12 +106,18 @@ class EDLMImportanceSampler(MDLMCachedSampler):
             s = grid[i + 1].expand(batch_size)
             probs, n = self.denoise(x, t, cache)  # (B, L, V) float64
             calls += n
-            if self.in_window(float(grid[i])) and (x == method.mask_id).any():
-                x0, ess = self.importance_x0(probs, x, gens)
+            if not self.in_window(float(grid[i])):
+                x = torch.cat([method.reverse_step(probs[r : r + 1], x[r : r + 1], t[r : r + 1], s[r : r + 1], g)
+                               for r, g in enumerate(gens)])
+                continue
+            reveal = torch.cat([method.reveal_mask(x[r : r + 1], t[r : r + 1], s[r : r + 1], g)
+                                for r, g in enumerate(gens)])  # (B, L)
+            rows = reveal.any(-1).nonzero().flatten().tolist()  # rows that reveal a token need an x0
+            if rows:
+                x0, ess = self.importance_x0(probs[rows], x[rows], [gens[r] for r in rows])
                 self.ess.append((float(grid[i]), float(ess.mean())))
-                probs = torch.nn.functional.one_hot(x0, probs.shape[-1]).to(torch.float64)  # (B, L, V)
-            x = torch.cat([method.reverse_step(probs[r : r + 1], x[r : r + 1], t[r : r + 1], s[r : r + 1], g)
-                           for r, g in enumerate(gens)])
+                x = x.clone()  # a new tensor: the denoiser cache keeps the old x_t to detect changes
+                x[rows] = torch.where(reveal[rows], x0, x[rows])
         if (x == method.mask_id).any():  # noise removal for schedules with alpha(0) < 1
             probs, n = self.denoise(x, grid[-1].expand(batch_size), cache)
             calls += n
