@@ -10,8 +10,8 @@ For a step from t to s with t >= 1 - w (the window; w = 1: every step):
 Outside the window, plain cached MDLM steps (late steps reveal few tokens, where mu's factorization costs
 least). Which positions a step reveals does not depend on x0, so it is drawn first: a row that reveals nothing
 this step keeps x_t and needs no candidates (same law, and with steps >= length most steps cost nothing, as in
-the cached MDLM sampler). With k = 1 or a constant energy, every step is an MDLM step in law. As k grows the step tends to the
-exact EDLM step (a brute-force test checks it).
+the cached MDLM sampler). With k = 1 or a constant energy, every step is an MDLM step in law. As k grows the
+step tends to the exact EDLM step (brute-force tests check one step and a whole run).
 
 Batch independence: every random draw of row r comes from its own generator, seeded from the caller's
 generator once per row in row order, so a batch of B rows gives the same tokens as B calls of one row
