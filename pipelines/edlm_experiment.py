@@ -230,9 +230,13 @@ def write_readme(summary: dict, out: Path) -> None:
         f"the `seqdiff quickstart` recipe (configs/quickstart.yaml: DiT 2 layers x 128, context 128). "
         + (f"Oracle: the AR model `{st['oracle'].removeprefix('AR model ')}` (step {st.get('oracle_step')}), "
            "the same architecture trained longer, separate from every energy. " if st.get("separate_oracle") else "")
-        + f"NCE energy: {st['nce_steps']} steps against the frozen MDLM, final batch loss "
+        + f"NCE energy: {(summary['nce_training'] or {}).get('step', st['nce_steps'])} steps against the frozen "
+        "MDLM (its training log), final batch loss "
         f"{_fmt((summary['nce_training'] or {}).get('loss'), 3)} (2 ln 2 = 1.386 at chance), accuracy "
-        f"{_fmt((summary['nce_training'] or {}).get('accuracy'), 3)}.", "",
+        f"{_fmt((summary['nce_training'] or {}).get('accuracy'), 3)}.", ""]
+    if summary.get("note"):
+        lines += [f"Why this run: {summary['note']}", ""]
+    lines += [
         "## Goals", "", "| goal | result | numbers |", "|---|---|---|"]
     lines += [f"| {g} | {r} | {d} |" for g, r, d in goals(summary)]
     bpc = summary["bits_per_character"]
@@ -339,19 +343,29 @@ def write_readme(summary: dict, out: Path) -> None:
 
 
 def _speed_reading(summary: dict) -> str:
-    """The 1.3x goal in words, from the interpolated speed-ups and the ESS."""
+    """The 1.3x goal in words, from the interpolated speed-ups, the points beyond MDLM's range, the cost of a
+    step at equal steps and the ESS."""
+    k = edlm_setting(summary)[0]
     parts = []
     for name in ("EDLM-AR", "EDLM-NCE"):
         rows = [r for r in summary["speedup_vs_mdlm_cached"][name] if r["speedup"] is not None]
         ess = np.mean([r["mean_effective_sample_size"] for r in summary["generation"][name]])
-        spread = (f"{min(r['speedup'] for r in rows):.2f}x to {max(r['speedup'] for r in rows):.2f}x" if rows
-                  else "not measurable (gen-PPL outside MDLM's range)")
-        parts.append(f"{name}: {spread}, mean ESS {ess:.2f} of {edlm_setting(summary)[0]}")
-        parts[-1] += "".join(f" (at {b['steps']} steps better than MDLM's best point and "
-                             f"{b['speedup_vs_mdlm_best']:.2f}x its speed)" for b in beyond_mdlm(summary, name))
+        lo, hi = (min(r["speedup"] for r in rows), max(r["speedup"] for r in rows)) if rows else (None, None)
+        spread = ("not measurable (gen-PPL outside MDLM's range)" if not rows else
+                  f"{lo:.2f}x" if len(rows) == 1 else f"{lo:.2f}x to {hi:.2f}x")
+        beyond = beyond_mdlm(summary, name)
+        if beyond:
+            spread += (f"; better than MDLM's best point at {', '.join(str(b['steps']) for b in beyond)} steps, at "
+                       + ", ".join(f"{b['speedup_vs_mdlm_best']:.2f}x" for b in beyond) + " its speed")
+        cost = [e["seconds_per_sample"] / m["seconds_per_sample"]
+                for m, e in zip(summary["generation"]["MDLM"], summary["generation"][name])]
+        parts.append(f"{name}: {spread}; {min(cost):.1f}x to {max(cost):.1f}x MDLM's time per sample at equal "
+                     f"steps; mean ESS {ess:.2f} of {k}")
     return ("Speed-up at equal gen-PPL against the cached MDLM sampler: " + "; ".join(parts) + ". An importance "
-            "step costs k energy evaluations; it pays only where the reweighting buys more quality than extra "
-            "MDLM steps would, which needs ESS well above 1.")
+            f"step costs k = {k} energy evaluations, each a network as large as the denoiser, and on one CPU "
+            "thread they run one after another (an accelerator would take the k candidates as one batch; not "
+            "measured here); it pays only where the reweighting buys more quality than that many extra MDLM "
+            "steps would.")
 
 
 def _generation_reading(summary: dict) -> str:
@@ -399,6 +413,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--edlm-k", type=int, default=2, help="candidates per importance step (paper: 2)")
     p.add_argument("--edlm-window", type=float, default=0.2, help="importance steps for t >= 1 - w (paper: 0.2)")
     p.add_argument("--seed", type=int, default=0, help="seed of every sampled row")
+    p.add_argument("--note", default=None,
+                   help="why this run (e.g. how its settings were chosen); kept in summary.json, shown in README.md")
     p.add_argument("--likelihood-only", action="store_true",
                    help="score the test text again with these settings (--eval-tokens, --num-t-samples, "
                         "--num-partition-samples) and add the table to an existing summary.json")
@@ -409,6 +425,9 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     if args.from_summary:
         summary = json.loads((out / "summary.json").read_text())
+        if args.note is not None:
+            summary["note"] = args.note
+            write_atomically(out / "summary.json", json.dumps(summary, indent=2) + "\n")
         if "reference_unigram_entropy_nats" not in summary:
             summary["reference_unigram_entropy_nats"] = reference_entropy(load_checkpoint(args.mdlm), 128)
             write_atomically(out / "summary.json", json.dumps(summary, indent=2) + "\n")
@@ -472,6 +491,7 @@ def main(argv: list[str] | None = None) -> int:
                                   "oracle_step": oracle_model.step, "separate_oracle": bool(args.oracle),
                                   "torch_threads": torch.get_num_threads(), "cpu_count": os.cpu_count(),
                                   "load_average_at_end": os.getloadavg()[0]},
+        "note": args.note,
         "nce_training": nce_log[-1] if nce_log else None,
         "bits_per_character": bpc,
         "generation": generation,

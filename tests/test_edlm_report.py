@@ -72,9 +72,11 @@ def test_points_beyond_mdlms_range_are_credited_only_when_better_and_faster(summ
 def test_readme_without_ablation_and_with_other_k_and_w(summary, tmp_path):
     summary["ablation"] = {"k": [], "w": []}
     summary["settings"] |= {"edlm_k": 4, "edlm_window": 1.0, "seed": 3}
+    summary["note"] = "settings from an earlier ablation"
     write_readme(summary, tmp_path)
     plots(summary, tmp_path)
     text = (tmp_path / "README.md").read_text()
     assert "## Ablation" not in text and not (tmp_path / "ablation.png").exists()
     assert "EDLM: k = 4, w = 1.0; every row seeded with 3." in text
     assert "With k = 4, w = 1.0 and" in text
+    assert "Why this run: settings from an earlier ablation" in text
