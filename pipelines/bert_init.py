@@ -166,12 +166,14 @@ def val_curve(run_dir: Path) -> list[dict]:
     return [{"after_steps": int(s) + 1, "nll": float(v)} for s, v in zip(va["step"], va["val/nll"])]
 
 
-def _train_or_reuse(config: RunConfig, run_dir: Path) -> None:
+def _train_or_reuse(config: RunConfig, run_dir: Path) -> bool:
+    """Train (or resume) the run; False when it had already finished and is reused as it is."""
     last = run_dir / LAST_CHECKPOINT
     if last.is_file() and read_checkpoint(last).get("global_step", 0) >= config.train.max_steps:
         print(f"[bert_init] {run_dir} already trained for {config.train.max_steps} steps; reusing it", file=sys.stderr)
-        return
+        return False
     train(config, run_dir, resume=last.is_file())
+    return True
 
 
 # ---------------------------------------------------------------------------------------------- probe data
@@ -359,8 +361,11 @@ def _markdown(r: dict) -> str:
         "# BERT -> generative model: the MiniLM BERT fine-tuned with MDLM on Jane Austen"
         + (" (LP-FT: head first, then everything)" if lpft else ""),
         "",
-        f"Made by `{r['command']}` ({r['total_seconds']:.0f} s wall clock, of which {r['train_seconds']:.0f} s "
-        f"training; {r['torch_threads']} torch thread on a {r['cpu_count']}-core machine shared with other jobs, "
+        f"Made by `{r['command']}` ({r['total_seconds']:.0f} s wall clock, "
+        + (f"of which {r['train_seconds']:.0f} s training; " if r.get("trained_in_this_call", True) else
+           f"scoring only: the run folder held the finished fine-tuning ({r['train_seconds']:.0f} s of training when "
+           "it was made), reused without training; ")
+        + f"{r['torch_threads']} torch thread on a {r['cpu_count']}-core machine shared with other jobs, "
         f"load average {r['load_average_at_start']:.1f} at the start). Every number below comes from that run "
         "(`results.json`).",
         "",
@@ -646,7 +651,7 @@ def main(argv: list[str] | None = None) -> int:
     scores = {"before": score(before, "before")}
     del before
     log("fine-tuning")
-    _train_or_reuse(config, run_dir)
+    result["trained_in_this_call"] = _train_or_reuse(config, run_dir)
     timing = run_dir / "timing.json"
     result["train_seconds"] = json.loads(timing.read_text())["train_seconds"] if timing.is_file() else float("nan")
     after = load_checkpoint(run_dir)

@@ -267,3 +267,9 @@ def test_bert_init_pipeline_end_to_end(tmp_path):
     assert all("difference_interval_vs_baseline" in p and "baseline" in p for p in result["probes"].values())
     readme = (tmp_path / "lpft_report" / "README.md").read_text()
     assert "LP-FT" in readme and "Compared with the baseline run" in readme
+    assert result["trained_in_this_call"] and "scoring only" not in readme
+    # the finished run again: reused, not retrained, and the header says so
+    assert main([*argv[:2], "--out", str(tmp_path / "again"), *argv[4:]]) == 0
+    result = json.loads((tmp_path / "again" / "results.json").read_text())
+    assert result["trained_in_this_call"] is False and result["after"]["step"] == 2
+    assert "scoring only" in (tmp_path / "again" / "README.md").read_text()
