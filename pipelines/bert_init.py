@@ -534,8 +534,8 @@ def _discussion(r: dict) -> str:
                 f"**The probe still got worse on {names}, with LP-FT.** Training the head first ({n_frozen} steps, "
                 f"encoder frozen) and the encoder at {scale:g} x the head's learning rate is the remedy Kumar et al. "
                 "2022 give for feature distortion through a fresh head; here it did not keep the probe where it "
-                "was. Not tried: a longer head-only phase, a still smaller encoder learning rate, a longer "
-                "run, and probing an earlier layer." + edge_note)
+                f"was ({_drops(r, worse)}). Not tried: a longer head-only phase, a still smaller encoder learning "
+                "rate, a longer run, and probing an earlier layer." + edge_note)
             return "\n\n".join(paras)
         paras.append(
             f"**Why the probe got worse on {names}: the likely cause, not tested here.** The MiniLM was trained as a "
@@ -555,6 +555,19 @@ def _discussion(r: dict) -> str:
             + (" The comparison with the baseline run below shows what that changed in the bound and the probes."
                if "baseline" in r else "") + edge_note)
     return "\n\n".join(paras)
+
+
+def _drops(r: dict, tasks: dict) -> str:
+    """'austen-novel: -0.019 [-0.029, -0.009]; the baseline run on the same passages: -0.140', task by task."""
+    parts = []
+    for task, p in tasks.items():
+        lo, hi = p["difference_interval"]
+        words = f"{task}: after - before {p['after']['accuracy'] - p['before']['accuracy']:+.3f} [{lo:+.3f}, {hi:+.3f}]"
+        if "baseline" in p:
+            words += (f", where the baseline run ends {p['baseline']['accuracy'] - p['before']['accuracy']:+.3f} on "
+                      "the same passages")
+        parts.append(words)
+    return "; ".join(parts)
 
 
 def _edge_note(chosen: list[float], grid: tuple[float, ...]) -> str:
