@@ -8,7 +8,20 @@ import numpy as np
 import pytest
 import torch
 
-from pipelines.bert_init import SHAKESPEARE_GENRES, _verdict, paired_bootstrap, passages
+import pipelines.bert_init as bert_init
+from pipelines.bert_init import (
+    AUSTEN_NOVELS,
+    OLD_PROBE_CS,
+    PROBE_CS,
+    SHAKESPEARE_GENRES,
+    _edge_note,
+    _verdict,
+    grid_edge_counts,
+    noninferiority,
+    paired_bootstrap,
+    passage_starts,
+    passages,
+)
 from seqdiff.backbones import build_backbone
 from seqdiff.config import ModelConfig
 from seqdiff.evaluation.probe import logistic_probe, mean_pooled_features
@@ -62,15 +75,154 @@ def test_passages_are_evenly_spaced_windows_framed_by_cls_and_sep():
         passages(tok, "short text", n=5, seq_len=12)
 
 
-def test_paired_bootstrap_and_verdict():
+def test_paired_bootstrap():
     same = [True, False] * 50
     assert paired_bootstrap(same, same) == [0.0, 0.0]
     lo, hi = paired_bootstrap([False] * 100, [True] * 60 + [False] * 40)
     assert 0.5 < lo <= 0.6 <= hi < 0.7  # the difference is exactly 0.6 on the full set
-    probe = {"before": {"accuracy": 0.8}, "after": {"accuracy": 0.75}, "difference_interval": [-0.1, 0.02]}
-    assert "not met" in _verdict({"t": probe}) and "includes 0" in _verdict({"t": probe})
-    probe = {"before": {"accuracy": 0.8}, "after": {"accuracy": 0.82}, "difference_interval": [-0.01, 0.05]}
-    assert "**met**" in _verdict({"t": probe})
+
+
+def test_paired_bootstrap_by_groups_resamples_whole_texts():
+    # every passage of text "a" gains, every passage of "b" loses: passage by passage the mean difference (0) is
+    # pinned down, but with two texts a resample can hold only "a" (+1) or only "b" (-1)
+    before = [False] * 50 + [True] * 50
+    after = [True] * 50 + [False] * 50
+    groups = ["a"] * 50 + ["b"] * 50
+    lo, hi = paired_bootstrap(before, after)
+    assert -0.25 < lo < 0 < hi < 0.25
+    assert paired_bootstrap(before, after, groups=groups) == [-1.0, 1.0]
+    # one group: every resample is the full set
+    assert paired_bootstrap(before, after, groups=["a"] * 100) == [0.0, 0.0]
+    # unequal group sizes: a draw's difference is the mean over its passages, not the mean of group means
+    b, a = [False] * 30, [True] * 10 + [False] * 20
+    lo, hi = paired_bootstrap(b, a, groups=["x"] * 10 + ["y"] * 20, draws=4000)
+    assert lo == 0.0 and hi == 1.0  # only-y draws give 0, only-x draws give 1, mixed draws lie between
+
+
+@pytest.mark.parametrize(("interval", "outcome"), [
+    ([-0.015, 0.02], "met"),  # lower end above -0.02
+    ([-0.019, -0.001], "met"),  # significantly below 0, yet within the margin
+    ([-0.02, 0.03], "inconclusive"),  # on the margin: not above it
+    ([-0.05, 0.03], "inconclusive"),
+    ([-0.05, -0.001], "worse"),
+    ([-0.30, -0.15], "worse"),
+])
+def test_noninferiority_outcomes(interval, outcome):
+    assert noninferiority(interval, 0.02) == outcome
+
+
+def _probe(before, after):
+    """A probe entry as main() writes it, from per-passage correctness arrays; the interval is the bootstrap's."""
+    b, a = np.asarray(before), np.asarray(after)
+    return {"before": {"accuracy": float(b.mean())}, "after": {"accuracy": float(a.mean())},
+            "difference_interval": paired_bootstrap(b.tolist(), a.tolist())}
+
+
+def test_verdict_met_inconclusive_worse_on_hand_made_arrays():
+    rng = np.random.default_rng(0)
+    before = rng.random(4000) < 0.6
+    # met: after equals before except 1% of passages flipped to wrong (difference -0.01, half-width ~0.003)
+    flip = np.zeros(4000, bool)
+    flip[rng.choice(np.flatnonzero(before), 40, replace=False)] = True
+    met = _probe(before, before & ~flip)
+    assert -0.02 < met["difference_interval"][0]
+    text = _verdict({"austen-novel": met}, 0.02)
+    assert "**met**" in text and "margin 0.02" in text and "significantly below 0" in text
+    # inconclusive: 200 passages, 10 of them newly wrong and 8 newly right: the interval spans -0.02 and 0
+    b = np.array([True] * 100 + [False] * 100)
+    a = b.copy()
+    a[:10] = False
+    a[100:108] = True
+    inc = _probe(b, a)
+    assert inc["difference_interval"][0] < -0.02 < 0 < inc["difference_interval"][1]
+    text = _verdict({"austen-novel": met, "shakespeare-genre": inc}, 0.02)
+    assert "**not met: inconclusive**" in text and "shakespeare-genre: after - before -0.010" in text
+    # worse: a quarter of the right answers lost
+    a = before.copy()
+    a[np.flatnonzero(before)[::4]] = False
+    worse = _probe(before, a)
+    text = _verdict({"austen-novel": worse, "shakespeare-genre": inc}, 0.02)
+    assert "**not met: significantly worse**" in text and "austen-novel: after - before -0.1" in text
+    # a wider margin declared in advance turns the small loss into a met test; the rule is the margin's alone
+    assert "**met**" in _verdict({"t": inc}, 0.1)
+
+
+def test_grid_edges_and_the_widened_grid():
+    assert PROBE_CS[0] == pytest.approx(1e-4) and PROBE_CS[-1] == pytest.approx(100.0) and len(PROBE_CS) == 7
+    assert np.allclose(np.diff(np.log10(PROBE_CS)), 1.0)
+    assert set(OLD_PROBE_CS) < set(PROBE_CS)  # the old grid is inside the new one, strictly
+    assert grid_edge_counts([0.01, 10.0, 0.01, 1.0], OLD_PROBE_CS) == (2, 1)
+    assert grid_edge_counts([0.01, 10.0, 0.01, 1.0], PROBE_CS) == (0, 0)
+    assert grid_edge_counts([1e-4, 100.0, 100.0], PROBE_CS) == (1, 2)
+    note = _edge_note([0.01, 10.0, 0.01, 0.01], OLD_PROBE_CS)
+    assert "strongest regularization (C = 0.01) in 3 and weakest (C = 10) in 1 of the 4 fits" in note
+    assert "a wider grid was not tried" in note
+    note = _edge_note([1e-4, 1.0], PROBE_CS)
+    assert "(C = 0.0001) in 1 of the 2 fits" in note and "not tried" not in note
+    assert "stayed inside the grid (0.0001 .. 100) in all 2 fits" in _edge_note([0.01, 1.0], PROBE_CS)
+
+
+def test_passage_starts_at_capacity_do_not_overlap():
+    for n_ids, seq_len in ((1000, 12), (98_009, 64), (24_397, 64), (5_003, 7)):
+        width = seq_len - 2
+        lo, hi = int(0.05 * n_ids), int(0.95 * n_ids) - width
+        cap = (hi - lo) // width
+        starts = passage_starts(n_ids, cap, seq_len)
+        assert len(starts) == cap and starts[0] >= lo and starts[-1] + width <= int(0.95 * n_ids)
+        assert np.diff(starts).min() >= width  # consecutive windows never share a token
+        with pytest.raises(ValueError, match=f"holds {cap}"):
+            passage_starts(n_ids, cap + 1, seq_len)
+
+
+def _fake_sources(tmp_path, monkeypatch, n_chars):
+    """Plain-text stand-ins for the austen and shakespeare data sources (random letters, one file per text)."""
+    rng = np.random.default_rng(0)
+    letters = np.array(list("abcdefghijklmnopqrstuvwxyz "))
+    for source, names in (("austen", [f"{n}.txt" for n in AUSTEN_NOVELS]),
+                          ("shakespeare", [f"{p}_gut.txt" for g in SHAKESPEARE_GENRES.values() for p in g])):
+        (tmp_path / source).mkdir()
+        for name in names:
+            (tmp_path / source / name).write_text("".join(rng.choice(letters, n_chars)))
+    monkeypatch.setattr(bert_init, "source_path", lambda name: tmp_path / name)
+
+
+def _check_no_overlap(spans, width):
+    by_text = {}
+    for text, start in spans:
+        by_text.setdefault(text, []).append(start)
+    for starts in by_text.values():
+        assert np.diff(sorted(starts)).min() >= width
+
+
+def test_tasks_keep_their_split_rules_with_many_passages(tmp_path, monkeypatch):
+    _fake_sources(tmp_path, monkeypatch, n_chars=4000)
+    tok, seq_len = CharTokenizer(), 12
+    n_ids = min(len(tok.encode((tmp_path / "austen" / f"{n}.txt").read_text())) for n in AUSTEN_NOVELS)
+    cap = (int(0.95 * n_ids) - 10 - int(0.05 * n_ids)) // 10  # as many windows of 10 as the middle 90% holds
+    task = bert_init.austen_task(tok, cap, seq_len)
+    cut = int(0.7 * cap)
+    assert task["x_train"].shape == (6 * cut, seq_len) and task["x_test"].shape == (6 * (cap - cut), seq_len)
+    _check_no_overlap(task["spans_train"] + task["spans_test"], seq_len - 2)
+    for novel in AUSTEN_NOVELS:  # each novel's first 70% of passages train, the last 30% test
+        tr = [s for t, s in task["spans_train"] if t == novel]
+        te = [s for t, s in task["spans_test"] if t == novel]
+        assert len(tr) == cut and max(tr) + seq_len - 2 <= min(te)
+    assert task["groups_test"] == [t for t, _ in task["spans_test"]]
+    assert np.bincount(task["y_test"]).tolist() == [cap - cut] * 6
+    ids = tok.encode((tmp_path / "austen" / "emma.txt").read_text())
+    novel, start = task["spans_test"][0]
+    np.testing.assert_array_equal(task["x_test"][0, 1:-1], ids[start:start + seq_len - 2])
+
+    task = bert_init.shakespeare_task(tok, 40, seq_len)
+    held = {t for t, _ in task["spans_test"]}
+    assert held.isdisjoint(t for t, _ in task["spans_train"])  # split by play
+    for plays in SHAKESPEARE_GENRES.values():  # every third play of a genre (sorted) is held out
+        assert {p for i, p in enumerate(sorted(plays)) if i % 3 == 2} == held & set(plays)
+    assert len(task["spans_train"]) == len(task["x_train"]) == 40 * (34 - len(held))
+    assert len(task["groups_test"]) == len(task["x_test"]) == 40 * len(held) == 40 * 10
+    _check_no_overlap(task["spans_train"] + task["spans_test"], seq_len - 2)
+    with pytest.raises(ValueError, match="too short"):
+        bert_init.shakespeare_task(tok, cap + 1, seq_len)
 
 
 def test_genre_lists_name_shakespeare_files_once():
@@ -97,6 +249,11 @@ def test_bert_init_pipeline_end_to_end(tmp_path):
     assert result["config"]["model"]["n_layers"] == 6 and result["config"]["model"]["activation"] == "gelu"
     readme = (tmp_path / "report" / "README.md").read_text()
     assert result["command"] in readme and (tmp_path / "report" / "loss_curves.png").is_file()
+    assert result["noninferiority_margin"] == 0.02 and result["probe_cs"] == list(PROBE_CS)
+    assert "Non-inferiority test (margin 0.02, fixed before the results)" in readme and result["verdict"] in readme
+    for p in result["probes"].values():
+        assert p["noninferiority"] == noninferiority(p["difference_interval"], 0.02)
+        assert len(p["difference_interval_by_text"]) == 2 and p["test_texts"] in (6, 10)
     # LP-FT against the run above: the encoder frozen for the first step, then at half the head's lr
     lpft = ["--run-dir", str(tmp_path / "lpft"), "--out", str(tmp_path / "lpft_report"), "--max-steps", "3",
             "--freeze-backbone-steps", "1", "--backbone-lr-scale", "0.5", "--val-every", "1",
@@ -110,3 +267,9 @@ def test_bert_init_pipeline_end_to_end(tmp_path):
     assert all("difference_interval_vs_baseline" in p and "baseline" in p for p in result["probes"].values())
     readme = (tmp_path / "lpft_report" / "README.md").read_text()
     assert "LP-FT" in readme and "Compared with the baseline run" in readme
+    assert result["trained_in_this_call"] and "scoring only" not in readme
+    # the finished run again: reused, not retrained, and the header says so
+    assert main([*argv[:2], "--out", str(tmp_path / "again"), *argv[4:]]) == 0
+    result = json.loads((tmp_path / "again" / "results.json").read_text())
+    assert result["trained_in_this_call"] is False and result["after"]["step"] == 2
+    assert "scoring only" in (tmp_path / "again" / "README.md").read_text()
