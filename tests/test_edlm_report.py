@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -80,3 +81,16 @@ def test_readme_without_ablation_and_with_other_k_and_w(summary, tmp_path):
     assert "EDLM: k = 4, w = 1.0; every row seeded with 3." in text
     assert "With k = 4, w = 1.0 and" in text
     assert "Why this run: settings from an earlier ablation" in text
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--edlm-k", "0"], "--edlm-k must be >= 1"),
+    (["--edlm-window", "1.5"], r"--edlm-window must be in \[0, 1\]"),
+    (["--from-summary"], "summary.json does not exist"),
+])
+def test_bad_options_fail_before_any_work(tmp_path, capsys, args, message):
+    from pipelines.edlm_experiment import main
+
+    with pytest.raises(SystemExit):
+        main(["--out", str(tmp_path / "none"), *args])
+    assert re.search(message, capsys.readouterr().err)

@@ -273,3 +273,15 @@ def test_bert_init_pipeline_end_to_end(tmp_path):
     result = json.loads((tmp_path / "again" / "results.json").read_text())
     assert result["trained_in_this_call"] is False and result["after"]["step"] == 2
     assert "scoring only" in (tmp_path / "again" / "README.md").read_text()
+
+
+def test_probe_texts_that_are_short_or_missing_are_named(tmp_path):
+    from pipelines.bert_init import text_passages
+
+    tok = CharTokenizer()
+    short = tmp_path / "short.txt"
+    short.write_text("too short for five passages")
+    with pytest.raises(ValueError, match=r"short\.txt: a text of .* too short"):
+        text_passages(tok, short, n=5, seq_len=12)
+    with pytest.raises(ValueError, match=r"missing\.txt"):
+        text_passages(tok, tmp_path / "missing.txt", n=5, seq_len=12)
