@@ -226,7 +226,8 @@ class TrainConfig:
     devices: int | str = "auto"
     """Lightning devices per node (auto, or a number)."""
     strategy: str = "auto"
-    """Lightning strategy: auto, ddp, ddp_spawn, fsdp, ... (ddp on CPU uses gloo); data.batch_size stays global."""
+    """auto, ddp, fsdp2 (sharded, CPU or GPU), fsdp (GPU), or any Lightning strategy name (gloo on CPU);
+    data.batch_size stays global."""
     num_nodes: int = 1
     """Machines taking part in a multi-node run (each runs `seqdiff train` with its NODE_RANK; see the README)."""
     seed: int = 0

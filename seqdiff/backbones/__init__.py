@@ -19,7 +19,7 @@ from seqdiff.config import ConfigError, ModelConfig
 
 BACKBONES: dict[str, type] = {"dit": DiT, "bert": Bert}
 BLOCKS: tuple[type, ...] = (DiTBlock, BertLayer)
-"""The transformer block classes of the backbones: FSDP shards each one as a unit (train.strategy=fsdp)."""
+"""The transformer block classes of the backbones: FSDP shards each one as a unit (train.strategy=fsdp, fsdp2)."""
 
 
 def build_backbone(cfg: ModelConfig, vocab_size: int, causal: bool) -> nn.Module:

@@ -3,12 +3,16 @@
 decay_n = min(decay, (1 + n) / (10 + n)) after n updates (the usual warm-up, so early averages are not
 dominated by the random initialization). The EMA weights are swapped in for validation and testing, saved
 in every checkpoint under "ema_state_dict" (used by eval / sample / export), and restored on resume.
+Under train.strategy=fsdp2 each process averages its own shards of the weights; checkpoints hold the
+gathered whole tensors.
 """
 
 from __future__ import annotations
 
 import lightning as L
 import torch
+
+from seqdiff.training.fsdp2 import full_tensor, reshard, shard_like
 
 
 class EMA(L.Callback):
@@ -20,14 +24,15 @@ class EMA(L.Callback):
 
     @staticmethod
     def _params(pl_module) -> dict[str, torch.nn.Parameter]:
+        reshard(pl_module.backbone)  # fsdp2: the shards, never gathered weights left by an evaluation forward
         return {n: p for n, p in pl_module.backbone.named_parameters() if p.requires_grad}
 
     def _ensure(self, pl_module) -> None:
+        params = self._params(pl_module)
         if self.shadow is None:
-            self.shadow = {n: p.detach().clone().float() for n, p in self._params(pl_module).items()}
-        else:  # after a restore the shadow may live on the CPU
-            device = next(pl_module.backbone.parameters()).device
-            self.shadow = {n: v.to(device) for n, v in self.shadow.items()}
+            self.shadow = {n: p.detach().clone().float() for n, p in params.items()}
+        else:  # after a restore the shadow may live on the CPU, and whole where the weights are sharded (fsdp2)
+            self.shadow = {n: shard_like(v.to(params[n].device), params[n]) for n, v in self.shadow.items()}
 
     def on_fit_start(self, trainer, pl_module) -> None:
         self._ensure(pl_module)
@@ -74,7 +79,8 @@ class EMA(L.Callback):
     # ---------------------------------------------------------------- persistence
     def on_save_checkpoint(self, trainer, pl_module, checkpoint) -> None:
         if self.shadow is not None:
-            checkpoint["ema_state_dict"] = {n: v.detach().cpu().clone() for n, v in self.shadow.items()}
+            # whole tensors, gathered from the shards under fsdp2 (every process runs this hook)
+            checkpoint["ema_state_dict"] = {n: full_tensor(v.detach()).cpu().clone() for n, v in self.shadow.items()}
             checkpoint["ema_num_updates"] = self.num_updates
 
     def on_load_checkpoint(self, trainer, pl_module, checkpoint) -> None:

@@ -43,6 +43,14 @@ class SeqDiffModule(L.LightningModule):
                                                                     self.tokenizer)
         self._eval_sums: dict[str, torch.Tensor] = {}
 
+    def configure_model(self) -> None:
+        """Shard the backbone under train.strategy=fsdp2 (Lightning sets the device mesh only then)."""
+        mesh = self._device_mesh
+        if mesh is not None:
+            from seqdiff.training.fsdp2 import shard_backbone
+
+            shard_backbone(self.backbone, mesh["data_parallel"])
+
     # ---------------------------------------------------------------- training
     def training_step(self, batch, batch_idx):
         step = self.global_step

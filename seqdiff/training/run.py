@@ -35,12 +35,16 @@ from seqdiff.backbones import BLOCKS, load_pretrained, pretrained_model_config
 from seqdiff.checkpoint import CheckpointError, latest_readable_checkpoint, step_checkpoints
 from seqdiff.config import RunConfig, TrainConfig, to_dict
 from seqdiff.data import build_data_module
+from seqdiff.methods import build_model
 from seqdiff.tokenizers import build_tokenizer
 from seqdiff.training.csv_log import ResumableCSVLogger
 from seqdiff.training.ema import EMA
+from seqdiff.training.fsdp2 import FSDP2Strategy, is_sharded, unsharded_copy
 from seqdiff.training.module import SeqDiffModule
 
 LAST_CHECKPOINT = Path("checkpoints") / "last.ckpt"
+SEQDIFF_STRATEGIES = {"fsdp2": FSDP2Strategy}
+"""train.strategy names that seqdiff builds itself; every other name goes to Lightning's registry."""
 
 
 class RunError(ValueError):
@@ -77,6 +81,8 @@ class StepCheckpoint(ModelCheckpoint):
 class WandbSamples(L.Callback):
     """After each validation (EMA weights swapped in), log a table of samples to the wandb run (rank 0).
 
+    Under train.strategy=fsdp2 rank 0 samples from a gathered, unsharded copy of the weights.
+
     Sampling follows the recipe's `sample` section; a sampler that refuses the model only skips the table.
     """
 
@@ -88,12 +94,18 @@ class WandbSamples(L.Callback):
         from lightning.pytorch.loggers import WandbLogger
 
         wandb_loggers = [lg for lg in trainer.loggers if isinstance(lg, WandbLogger)]
-        if trainer.sanity_checking or not trainer.is_global_zero or not wandb_loggers:
+        if trainer.sanity_checking or not wandb_loggers:
+            return
+        backbone = pl_module.backbone
+        if is_sharded(backbone):  # every process takes part in gathering the weights; rank 0 samples
+            backbone = unsharded_copy(backbone, lambda: build_model(pl_module.model_config, pl_module.method_config,
+                                                                    pl_module.tokenizer)[1])
+        if not trainer.is_global_zero:
             return
         from seqdiff.checkpoint import LoadedModel
         from seqdiff.evaluation.generate import generate
 
-        model = LoadedModel(backbone=pl_module.backbone, method=pl_module.method, tokenizer=pl_module.tokenizer,
+        model = LoadedModel(backbone=backbone, method=pl_module.method, tokenizer=pl_module.tokenizer,
                             model_config=pl_module.model_config, method_config=pl_module.method_config,
                             data_config=self.config.data, seq_len=self.config.data.seq_len,
                             step=trainer.global_step, path=Path(trainer.default_root_dir),
@@ -145,6 +157,8 @@ def build_strategy(tcfg: TrainConfig) -> tuple[object, str]:
     """
     from lightning.pytorch.strategies import FSDPStrategy
 
+    if tcfg.strategy in SEQDIFF_STRATEGIES:
+        return SEQDIFF_STRATEGIES[tcfg.strategy](), tcfg.accelerator
     if tcfg.strategy not in FSDPStrategy.get_registered_strategies():
         return tcfg.strategy, tcfg.accelerator
     if tcfg.ema_decay > 0:
@@ -155,11 +169,22 @@ def build_strategy(tcfg: TrainConfig) -> tuple[object, str]:
         accelerator = "gpu" if torch.cuda.is_available() else "cpu"
     if accelerator not in ("gpu", "cuda"):
         raise RunError(f"train.strategy={tcfg.strategy} needs CUDA GPUs: Lightning's FSDP strategy does not run on "
-                       f"{accelerator} (train.accelerator={tcfg.accelerator}); on CPU use train.strategy=ddp, "
-                       f"which runs with gloo")
+                       f"{accelerator} (train.accelerator={tcfg.accelerator}); on CPU use train.strategy=fsdp2 "
+                       f"(PyTorch's fully_shard) or train.strategy=ddp, both run with gloo")
     strategy = FSDPStrategy(auto_wrap_policy=set(BLOCKS), state_dict_type="full",
                             cpu_offload=tcfg.strategy == "fsdp_cpu_offload")
     return strategy, accelerator
+
+
+def optimizer_layout(strategy: str) -> str:
+    """How a strategy stores the optimizer state in a checkpoint: a run resumes only within one layout.
+    fsdp2 keys it by parameter name over whole tensors, Lightning's FSDP by its own flattened names, the
+    others (single process, DDP) by parameter index."""
+    from lightning.pytorch.strategies import FSDPStrategy
+
+    if strategy in SEQDIFF_STRATEGIES:
+        return strategy
+    return "fsdp" if strategy in FSDPStrategy.get_registered_strategies() else "by index"
 
 
 def resolve_precision(setting: str) -> str:
@@ -180,7 +205,7 @@ def train(config: RunConfig, run_dir: str | Path, resume: bool = False,
         raise RunError(f"{run_dir} already holds a run ({last.parent}); pass --resume to continue it or choose "
                        f"another --run-dir")
     tcfg = config.train
-    strategies = ["auto", *StrategyRegistry.available_strategies()]
+    strategies = ["auto", *SEQDIFF_STRATEGIES, *StrategyRegistry.available_strategies()]
     if tcfg.strategy not in strategies:
         raise RunError(f"train.strategy={tcfg.strategy!r} is unknown; choose one of {strategies}")
     strategy, accelerator = build_strategy(tcfg)
@@ -204,6 +229,10 @@ def train(config: RunConfig, run_dir: str | Path, resume: bool = False,
         except CheckpointError as e:
             raise RunError(f"--resume: {e}") from e
         resume_step = int(ckpt["global_step"])
+        saved = ckpt.get("hyper_parameters", {}).get("train", {}).get("strategy", "auto")
+        if optimizer_layout(saved) != optimizer_layout(tcfg.strategy):
+            raise RunError(f"--resume: {ckpt_path} was written with train.strategy={saved}, whose optimizer state "
+                           f"train.strategy={tcfg.strategy} cannot read; resume with train.strategy={saved}")
         del ckpt
 
     L.seed_everything(tcfg.seed, workers=True, verbose=False)

@@ -1,0 +1,117 @@
+"""train.strategy=fsdp2 on CPU (gloo): sharded training follows one process, and its checkpoints resume.
+
+Why AR for the parity test: its loss is a deterministic function of the weights and the batch (see
+tests/test_ddp.py), so two processes that each hold half of every weight and train on half of the global
+batch must follow the single-process run step for step, EMA included. Gradient clipping (train.grad_clip)
+runs on the sharded gradients, so the test also covers the global norm across shards.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+import torch
+
+from seqdiff.checkpoint import load_checkpoint
+from seqdiff.config import TrainConfig, load_run_config
+from seqdiff.training.fsdp2 import FSDP2Strategy
+from seqdiff.training.run import build_strategy, train
+from tests.test_ddp import RECIPE, RankZeroShareLoss
+
+ENV = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", WANDB_MODE="offline", WANDB_SILENT="true")
+
+
+@pytest.fixture
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def _train_cli(run_dir, *overrides, resume=False):
+    cmd = [sys.executable, "-m", "seqdiff.cli", "train", "--run-dir", str(run_dir), *(["--resume"] * resume),
+           *overrides]
+    proc = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return proc.stdout + proc.stderr
+
+
+def test_fsdp2_is_built_by_seqdiff_and_runs_on_any_accelerator():
+    strategy, accelerator = build_strategy(TrainConfig(strategy="fsdp2", accelerator="cpu"))
+    assert isinstance(strategy, FSDP2Strategy) and accelerator == "cpu"
+    assert strategy._save_distributed_checkpoint is False  # one whole-tensor file, what eval / sample read
+
+
+def test_two_process_fsdp2_matches_one_process(tmp_path, one_thread):
+    recipe = [*RECIPE, "train.ema_decay=0.9", "train.grad_clip=0.5"]
+    out = _train_cli(tmp_path / "fsdp2", *recipe, "train.strategy=fsdp2", "train.devices=2")
+    assert "distributed_backend=gloo" in out
+
+    share = RankZeroShareLoss()
+    single = train(load_run_config(None, recipe), tmp_path / "single", extra_callbacks=[share])
+
+    log = pd.read_csv(tmp_path / "fsdp2" / "logs" / "metrics.csv")
+    losses = log[log["train/loss"].notna()].set_index("step")["train/loss"]
+    assert list(losses.index) == [0, 1, 2]
+    torch.testing.assert_close(torch.tensor(losses.values), torch.tensor(share.losses, dtype=torch.float64),
+                               rtol=1e-5, atol=1e-6)
+
+    ckpt = torch.load(tmp_path / "fsdp2" / "checkpoints" / "last.ckpt", weights_only=False)
+    assert ckpt["global_step"] == 3
+    reference = torch.load(single.checkpoint, weights_only=False)
+    for key in ("state_dict", "ema_state_dict"):  # whole tensors, equal to the single process's
+        assert set(ckpt[key]) == set(reference[key])
+        for name, value in reference[key].items():
+            assert type(ckpt[key][name]) is torch.Tensor, name
+            torch.testing.assert_close(ckpt[key][name], value, rtol=1e-4, atol=1e-5, msg=f"{key} {name}")
+    # the weights moved: equality above is not two copies of the initialization
+    init = load_run_config(None, recipe)
+    assert init.train.lr > 0 and not torch.allclose(ckpt["state_dict"]["backbone.output.weight"],
+                                                    ckpt["ema_state_dict"]["output.weight"])
+    assert load_checkpoint(tmp_path / "fsdp2" / "checkpoints" / "last.ckpt").step == 3
+
+
+def test_fsdp2_run_resumes_to_the_uninterrupted_weights_and_logs_samples(tmp_path, one_thread):
+    """MDLM with EMA: a run stopped at step 2 and resumed to step 4 ends where an uninterrupted 4-step run
+    ends (optimizer state, EMA shards, data position and noise all restored; a constant learning rate, so
+    the schedule does not depend on max_steps); wandb's sample table comes from the gathered weights on
+    rank 0."""
+    recipe = [*RECIPE, "method.name=mdlm", "train.lr_schedule=constant", "train.val_every=2",
+              "train.checkpoint_every=2", "train.ema_decay=0.9", "train.deterministic=true", "train.strategy=fsdp2",
+              "train.devices=2"]
+    whole = tmp_path / "whole"
+    _train_cli(whole, *recipe, "train.max_steps=4", "train.wandb=true", "sample.steps=4", "sample.num_samples=2")
+    tables = sorted((whole / "wandb").glob("offline-run-*/files/media/table/samples_*.table.json"))
+    assert len(tables) == 2  # one per validation, at steps 2 and 4
+    rows = [row for table in tables for row in json.loads(table.read_text())["data"]]
+    assert sorted(step for step, _ in rows) == [2, 2, 4, 4] and all(text for _, text in rows)
+
+    resumed = tmp_path / "resumed"
+    _train_cli(resumed, *recipe, "train.max_steps=2")
+    _train_cli(resumed, *recipe, "train.max_steps=4", resume=True)
+
+    a, b = (torch.load(run / "checkpoints" / "last.ckpt", weights_only=False) for run in (whole, resumed))
+    assert a["global_step"] == b["global_step"] == 4
+    for key in ("state_dict", "ema_state_dict"):
+        for name, value in a[key].items():
+            torch.testing.assert_close(b[key][name], value, rtol=0, atol=0, msg=f"{key} {name}")
+
+
+def test_resume_with_another_optimizer_layout_is_refused(tmp_path, one_thread, capsys):
+    """A DDP checkpoint's optimizer state is indexed by position; fsdp2 cannot read it (and the reverse)."""
+    from seqdiff.cli import main
+    from seqdiff.training.run import optimizer_layout
+
+    recipe = [*RECIPE, "train.max_steps=1", "train.val_every=1", "train.checkpoint_every=1"]
+    train(load_run_config(None, recipe), tmp_path / "r")
+    before = sorted(p.name for p in (tmp_path / "r" / "checkpoints").iterdir())
+    assert main(["train", "--resume", "--run-dir", str(tmp_path / "r"), *recipe, "train.max_steps=2",
+                 "train.strategy=fsdp2"]) == 2
+    err = capsys.readouterr().err
+    assert "train.strategy=auto" in err and "resume with train.strategy=auto" in err
+    assert sorted(p.name for p in (tmp_path / "r" / "checkpoints").iterdir()) == before
+    assert optimizer_layout("ddp") == optimizer_layout("auto") != optimizer_layout("fsdp2") != optimizer_layout("fsdp")
