@@ -45,6 +45,19 @@ class RankZeroShareLoss(L.Callback):
         self.losses.append(pl_module.method.loss(pl_module.backbone, half).loss.item())
 
 
+def train_one_process_alongside(multi_run, recipe, single_run):
+    """Train `recipe` in one process; check that the 3-step multi-process run in `multi_run` logged, at each
+    step, the loss of rank 0's half of the global batch under the single process's weights."""
+    share = RankZeroShareLoss()
+    single = train(load_run_config(None, recipe), single_run, extra_callbacks=[share])
+    log = pd.read_csv(multi_run / "logs" / "metrics.csv")
+    losses = log[log["train/loss"].notna()].set_index("step")["train/loss"]
+    assert list(losses.index) == [0, 1, 2]
+    torch.testing.assert_close(torch.tensor(losses.values), torch.tensor(share.losses, dtype=torch.float64),
+                               rtol=1e-5, atol=1e-6)
+    return single, share
+
+
 @pytest.fixture
 def one_thread():
     threads = torch.get_num_threads()
@@ -61,14 +74,7 @@ def test_two_process_ddp_matches_one_process(tmp_path, one_thread):
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert "distributed_backend=gloo" in proc.stdout + proc.stderr
 
-    share = RankZeroShareLoss()
-    single = train(load_run_config(None, RECIPE), tmp_path / "single", extra_callbacks=[share])
-
-    log = pd.read_csv(tmp_path / "ddp" / "logs" / "metrics.csv")
-    ddp_losses = log[log["train/loss"].notna()].set_index("step")["train/loss"]
-    assert list(ddp_losses.index) == [0, 1, 2]
-    torch.testing.assert_close(torch.tensor(ddp_losses.values), torch.tensor(share.losses, dtype=torch.float64),
-                               rtol=1e-5, atol=1e-6)
+    single, share = train_one_process_alongside(tmp_path / "ddp", RECIPE, tmp_path / "single")
     # the single process's logged loss is the mean over the two halves: a different number
     single_log = pd.read_csv(tmp_path / "single" / "logs" / "metrics.csv")
     global_losses = torch.tensor(single_log["train/loss"].dropna().values, dtype=torch.float64)
