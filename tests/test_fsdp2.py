@@ -82,7 +82,7 @@ def test_fsdp2_run_resumes_to_the_uninterrupted_weights_and_logs_samples(tmp_pat
             torch.testing.assert_close(b[key][name], value, rtol=0, atol=0, msg=f"{key} {name}")
 
 
-def test_resume_with_another_optimizer_layout_is_refused(tmp_path, capsys):
+def test_another_optimizer_layout_on_resume_and_float16_are_refused(tmp_path, capsys):
     """A DDP checkpoint's optimizer state is indexed by position; fsdp2 cannot read it (and the reverse)."""
     from seqdiff.cli import main
     from seqdiff.training.run import optimizer_layout
@@ -95,4 +95,8 @@ def test_resume_with_another_optimizer_layout_is_refused(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "train.strategy=auto" in err and "resume with train.strategy=auto" in err
     assert sorted(p.name for p in (tmp_path / "r" / "checkpoints").iterdir()) == before
+    assert main(["train", "--run-dir", str(tmp_path / "r16"), *recipe, "train.strategy=fsdp2",
+                 "train.precision=16-mixed"]) == 2
+    assert "fsdp2 does not run with train.precision=16-mixed" in capsys.readouterr().err
+    assert not (tmp_path / "r16").exists()
     assert optimizer_layout("ddp") == optimizer_layout("auto") != optimizer_layout("fsdp2") != optimizer_layout("fsdp")

@@ -27,6 +27,9 @@ from seqdiff.backbones import BLOCKS
 class FSDP2Strategy(ModelParallelStrategy):
     """ModelParallelStrategy as pure data parallelism: the data-parallel mesh spans every process."""
 
+    precisions = ("32-true", "bf16-mixed", "bf16-true", "16-true")
+    """What Lightning's ModelParallelStrategy accepts (no float16 autocast with a gradient scaler)."""
+
     def __init__(self) -> None:
         super().__init__(data_parallel_size="auto", tensor_parallel_size=1, save_distributed_checkpoint=False)
 

@@ -209,6 +209,10 @@ def train(config: RunConfig, run_dir: str | Path, resume: bool = False,
     if tcfg.strategy not in strategies:
         raise RunError(f"train.strategy={tcfg.strategy!r} is unknown; choose one of {strategies}")
     strategy, accelerator = build_strategy(tcfg)
+    precision = resolve_precision(tcfg.precision)
+    if isinstance(strategy, FSDP2Strategy) and precision not in FSDP2Strategy.precisions:
+        raise RunError(f"train.strategy=fsdp2 does not run with train.precision={tcfg.precision}; use bf16-mixed "
+                       f"or 32")
     tokenizer = build_tokenizer(config.data.tokenizer, **config.data.tokenizer_options)
     if config.model.init_from:  # the published weights fix the shape: their config.json wins over the recipe
         model_config = dataclasses.replace(config.model, init_from=str(resolve_init_from(config.model.init_from)))
@@ -270,7 +274,7 @@ def train(config: RunConfig, run_dir: str | Path, resume: bool = False,
         devices=int(tcfg.devices) if str(tcfg.devices).isdigit() else tcfg.devices,
         strategy=strategy,
         num_nodes=tcfg.num_nodes,
-        precision=resolve_precision(tcfg.precision),
+        precision=precision,
         gradient_clip_val=tcfg.grad_clip or None,
         val_check_interval=tcfg.val_every,
         check_val_every_n_epoch=None,
