@@ -69,6 +69,8 @@ def reshard(module: nn.Module) -> None:
     first to see the shards, the same layout every time."""
     from torch.distributed.fsdp import FSDPModule
 
+    if not is_sharded(module):  # nothing to do (and no walk over the modules) outside fsdp2
+        return
     for unit in module.modules():
         if isinstance(unit, FSDPModule):
             unit.reshard()
