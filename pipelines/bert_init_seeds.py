@@ -13,7 +13,7 @@ one recipe (the resolved config without train.seed and sample.seed) and one marg
 appears exactly once. Reports whose seed is not counted (e.g. a run whose setting was chosen after seeing
 its result) are listed but do not enter the verdict.
 
-Writes <out>/results.json and <out>/README.md (the command in its header).
+Writes <out>/results.json, <out>/README.md (the command in its header) and <out>/intervals.png.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import sys
 from pathlib import Path
 
 from pipelines.bert_init import noninferiority
-from seqdiff.evaluation.generate import write_atomically
+from seqdiff.evaluation.generate import save_figure_atomically, write_atomically
 
 
 class SeedReportError(ValueError):
@@ -145,9 +145,39 @@ def markdown(summary: dict, command: str) -> str:
                      f"[{s['min']:+.3f}, {s['max']:+.3f}].")
     b = summary["test_bound_over_counted"]
     lines += [f"- Test bound after fine-tuning over the counted seeds: mean {b['mean']:.3f}, range "
-              f"[{b['min']:.3f}, {b['max']:.3f}] nats per token.", "", "Reports:", ""]
+              f"[{b['min']:.3f}, {b['max']:.3f}] nats per token.", "", "![intervals per seed](intervals.png)", "",
+              "Reports:", ""]
     lines += [f"- seed {row['seed']}: `{row['report']}`, made by `{row['command']}`" for row in summary["rows"]]
     return "\n".join(lines) + "\n"
+
+
+def interval_figure(summary: dict, out: Path) -> None:
+    """One panel per probe: each seed's 95% interval of after - before, with 0 and -margin marked."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    tasks = list(summary["rows"][0]["probes"])
+    fig, axes = plt.subplots(1, len(tasks), figsize=(4.5 * len(tasks), 0.5 * len(summary["rows"]) + 1.8),
+                             sharey=True, squeeze=False)
+    colors = {"met": "tab:green", "worse": "tab:red", "inconclusive": "tab:orange"}
+    for ax, task in zip(axes[0], tasks):
+        for y, row in enumerate(summary["rows"]):
+            p = row["probes"][task]
+            ax.plot(p["interval"], [y, y], color=colors[p["outcome"]], lw=3, alpha=0.9 if row["counted"] else 0.4)
+            ax.plot([p["difference"]], [y], "o", color="black", mfc="black" if row["counted"] else "white")
+        ax.axvline(0, color="gray", lw=1)
+        ax.axvline(-summary["margin"], color="tab:red", ls="--", lw=1)
+        ax.set(title=task, xlabel="accuracy after - before (95% interval)")
+        ax.grid(alpha=0.3, axis="x")
+    axes[0][0].set_yticks(range(len(summary["rows"])),
+                          [f"seed {row['seed']}" + ("" if row["counted"] else " (not counted)")
+                           for row in summary["rows"]])
+    fig.suptitle("frozen-embedding probes: green met, red significantly worse, orange inconclusive;\n"
+                 f"dashed line: -margin ({-summary['margin']:g}); open dot: seed not counted", fontsize=9)
+    fig.tight_layout()
+    save_figure_atomically(fig, out)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -170,6 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     write_atomically(out / "results.json", json.dumps(summary, indent=2) + "\n")
+    interval_figure(summary, out / "intervals.png")
     write_atomically(out / "README.md", markdown(summary, command))
     print(markdown(summary, command))
     return 0

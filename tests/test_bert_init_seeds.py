@@ -71,6 +71,7 @@ def test_cli_writes_the_table_with_its_command_and_refuses_bad_seeds(tmp_path, c
     assert "python -m pipelines.bert_init_seeds" in text and "declared in abc123" in text
     assert "met for 2 of 2 counted seeds (needed: 2): **no worse: shown**" in text
     assert json.loads((out / "results.json").read_text())["met_count"] == 2
+    assert (out / "intervals.png").stat().st_size > 0
     with pytest.raises(SystemExit):
         main([*dirs, "--counted-seeds", "1,x", "--min-met", "1", "--out", str(tmp_path / "o2")])
     assert "comma-separated integers" in capsys.readouterr().err and not (tmp_path / "o2").exists()
