@@ -334,9 +334,16 @@ def _lpft(train_cfg: dict) -> tuple[int, float]:
     return int(train_cfg.get("freeze_backbone_steps", 0)), float(train_cfg.get("backbone_lr_scale", 1.0))
 
 
+def _head_only(train_cfg: dict) -> bool:
+    """The encoder frozen for the whole run (--freeze-backbone-steps = --max-steps): only the head trains."""
+    return _lpft(train_cfg)[0] >= int(train_cfg["max_steps"])
+
+
 def _schedule_words(train_cfg: dict, steps: int) -> str:
     """How a run was fine-tuned, in words: '250 steps' or '350 steps, LP-FT: ...'."""
     n_frozen, scale = _lpft(train_cfg)
+    if _head_only(train_cfg):
+        return f"{steps} steps, head only: the encoder frozen throughout"
     if not n_frozen and scale == 1.0:
         return f"{steps} steps, every weight trained from the first"
     words = f"{steps} steps, LP-FT: "
@@ -354,7 +361,11 @@ def _markdown(r: dict) -> str:
     cfg, b, a = r["config"], r["before"], r["after"]
     n_frozen, scale = _lpft(cfg["train"])
     lpft = ""
-    if n_frozen or scale != 1.0:
+    if _head_only(cfg["train"]):
+        lpft = (f" Head only: for all {n_frozen} steps the encoder stays frozen bit for bit and only the masked-LM "
+                "head trains (the first stage of LP-FT, run to the end), so the probes see the pretrained "
+                "encoder's features after fine-tuning too.")
+    elif n_frozen or scale != 1.0:
         warm = cfg["train"]["warmup_steps"]
         lpft = (" LP-FT (Kumar et al. 2022): " + (f"for the first {n_frozen} steps only the head trains, the encoder "
                                                    "frozen bit for bit; then everything, " if n_frozen else "")
@@ -362,7 +373,8 @@ def _markdown(r: dict) -> str:
                 + (f", with its own {warm}-step warm-up from step {n_frozen}" if n_frozen else "") + ".")
     lines = [
         "# BERT -> generative model: the MiniLM BERT fine-tuned with MDLM on Jane Austen"
-        + (" (LP-FT: head first, then everything)" if lpft else ""),
+        + (" (head only, encoder frozen)" if _head_only(cfg["train"]) else
+           " (LP-FT: head first, then everything)" if lpft else ""),
         "",
         f"Made by `{r['command']}` ({r['total_seconds']:.0f} s wall clock, "
         + (f"of which {r['train_seconds']:.0f} s training; " if r.get("trained_in_this_call", True) else
@@ -527,6 +539,12 @@ def _discussion(r: dict) -> str:
              f"{a['perplexity']:,.0f}) after {r['after']['step']} steps, and the samples {samples}, without grammar "
              "yet: at this budget (a few hundred thousand tokens on a shared CPU) the model is far from converged; "
              f"{trend}."]
+    if _head_only(r["config"]["train"]):
+        paras.append("**Head only.** The encoder never changes, so each probe sees the same features before and "
+                     "after and its difference is 0 by construction: the probe test passes trivially and says "
+                     "nothing about fine-tuning. This run is the reference for what training the encoder adds to "
+                     "the bound" + (", next to the baseline run below." if "baseline" in r else "."))
+        return "\n\n".join(paras)
     chosen = [p[tag]["C"] for p in r["probes"].values() for tag in ("before", "after")]
     edge_note = _edge_note(chosen, tuple(r.get("probe_cs", OLD_PROBE_CS)))
     worse = {t: p for t, p in r["probes"].items() if p["difference_interval"][1] < 0}

@@ -285,3 +285,18 @@ def test_probe_texts_that_are_short_or_missing_are_named(tmp_path):
         text_passages(tok, short, n=5, seq_len=12)
     with pytest.raises(ValueError, match=r"missing\.txt"):
         text_passages(tok, tmp_path / "missing.txt", n=5, seq_len=12)
+
+
+def test_head_only_report_says_its_probe_test_is_trivial():
+    """A run with the encoder frozen throughout (--freeze-backbone-steps = --max-steps) is not described as
+    LP-FT, and its report says the probe difference is 0 by construction (rendered from the committed run)."""
+    from pipelines.bert_init import _markdown, _schedule_words
+
+    result = json.loads(Path("reports/bert_init/head_only/results.json").read_text())
+    assert result["config"]["train"]["freeze_backbone_steps"] == result["config"]["train"]["max_steps"]
+    text = _markdown(result)
+    assert "(head only, encoder frozen)" in text and "head first, then everything" not in text
+    assert "0 by construction" in text and "passes trivially" in text
+    assert _schedule_words(result["config"]["train"], 350) == "350 steps, head only: the encoder frozen throughout"
+    lpft = dict(result["config"]["train"], freeze_backbone_steps=100, backbone_lr_scale=0.1)
+    assert _schedule_words(lpft, 350).startswith("350 steps, LP-FT: the first 100 train only the head")
