@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 
+import pandas as pd
 import torch
 
 from seqdiff.checkpoint import load_checkpoint
@@ -75,6 +76,10 @@ def test_fsdp2_run_resumes_to_the_uninterrupted_weights_and_logs_samples(tmp_pat
     _train_cli(resumed, *recipe, "train.max_steps=2")
     _train_cli(resumed, *recipe, "train.max_steps=4", resume=True)
 
+    # the resumed run's log tells the same history (rank 0 alone trims and appends to metrics.csv)
+    logged = [pd.read_csv(run / "logs" / "metrics.csv").dropna(subset=["train/loss"]) for run in (whole, resumed)]
+    assert list(logged[1]["step"]) == [0, 1, 2, 3]
+    assert list(logged[1]["train/loss"]) == list(logged[0]["train/loss"])
     a, b = (torch.load(run / "checkpoints" / "last.ckpt", weights_only=False) for run in (whole, resumed))
     assert a["global_step"] == b["global_step"] == 4
     for key in ("state_dict", "ema_state_dict"):

@@ -244,3 +244,22 @@ def test_the_final_step_is_checkpointed_when_max_steps_is_not_a_multiple(tmp_pat
     assert torch.load(result.checkpoint, weights_only=False)["global_step"] == 5
     assert sorted(p.name for p in (tmp_path / "r" / "checkpoints").iterdir()) == ["last.ckpt", "step5.ckpt"]
     assert load_checkpoint(tmp_path / "r").step == 5
+
+
+def test_csv_log_is_rewritten_by_global_rank_zero_only(tmp_path, monkeypatch):
+    """On resume the CSV logger trims metrics.csv to the checkpoint's step. Only rank 0 may do it: in a resumed
+    multi-process run every process built the writer, and their simultaneous rewrites corrupted the file."""
+    from lightning.pytorch.utilities.rank_zero import rank_zero_only
+
+    from seqdiff.training.csv_log import ResumableCSVLogger
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    original = "step,train/loss\n0,2.0\n1,1.5\n2,1.2\n"
+    (logs / "metrics.csv").write_text(original)
+    monkeypatch.setattr(rank_zero_only, "rank", 1)
+    ResumableCSVLogger(str(tmp_path), resume_step=1).experiment.log_metrics({"train/loss": 9.0}, step=5)
+    assert (logs / "metrics.csv").read_text() == original  # another rank: no rewrite, nothing logged
+    monkeypatch.setattr(rank_zero_only, "rank", 0)
+    assert ResumableCSVLogger(str(tmp_path), resume_step=1).experiment is not None  # rank 0 trims to step < 1
+    assert (logs / "metrics.csv").read_text().splitlines() == ["step,train/loss", "0,2.0"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
+from lightning.fabric.loggers.logger import rank_zero_experiment
 from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 
@@ -55,7 +56,10 @@ class ResumableCSVLogger(CSVLogger):
         self._resume_step = resume_step
 
     @property
+    @rank_zero_experiment
     def experiment(self):
+        """The writer, on global rank 0 only: every other process gets Lightning's do-nothing experiment. Without
+        this, each process of a resumed multi-process run rewrote metrics.csv at once and could corrupt it."""
         if self._experiment is None:
             self._fs.makedirs(self.root_dir, exist_ok=True)
             self._experiment = _AppendingWriter(self.log_dir, keep_before_step=self._resume_step)
