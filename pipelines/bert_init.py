@@ -641,7 +641,11 @@ def main(argv: list[str] | None = None) -> int:
                      f"{args.noninferiority_margin}")
     if args.render_only:
         out_dir = Path(args.out)
-        result = json.loads((out_dir / "results.json").read_text())
+        path = out_dir / "results.json"
+        try:
+            result = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            parser.error(f"--render-only: {path} is not a readable results.json of this pipeline ({e})")
         write_atomically(out_dir / "README.md", _markdown(result))
         print(f"written: {out_dir / 'README.md'}", file=sys.stderr)
         return 0

@@ -52,9 +52,11 @@ def load_report(directory: Path) -> dict:
     if not path.is_file():
         raise SeedReportError(f"{directory}: no results.json (a report directory of pipelines.bert_init is needed)")
     try:
-        result = json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise SeedReportError(f"{path}: not valid JSON ({e})") from None
+        result = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise SeedReportError(f"{path}: not a readable JSON file ({e})") from None
+    if not isinstance(result, dict):
+        raise SeedReportError(f"{path}: not a pipelines.bert_init result (a JSON object is needed)")
     missing = [k for k in ("config", "probes", "after", "noninferiority_margin", "command") if k not in result]
     if missing:
         raise SeedReportError(f"{path}: not a pipelines.bert_init result (missing {', '.join(missing)})")

@@ -58,7 +58,10 @@ def test_reports_that_are_not_one_recipe_or_miss_a_seed_are_refused(tmp_path):
         combine([tmp_path / "nowhere"], {1}, 1)
     (tmp_path / "bad").mkdir()
     (tmp_path / "bad" / "results.json").write_text("{")
-    with pytest.raises(SeedReportError, match="not valid JSON"):
+    with pytest.raises(SeedReportError, match="bad/results.json: not a readable JSON file"):
+        combine([tmp_path / "bad"], {1}, 1)
+    (tmp_path / "bad" / "results.json").write_text("[]")
+    with pytest.raises(SeedReportError, match="a JSON object is needed"):
         combine([tmp_path / "bad"], {1}, 1)
 
 

@@ -300,3 +300,16 @@ def test_head_only_report_says_its_probe_test_is_trivial():
     assert _schedule_words(result["config"]["train"], 350) == "350 steps, head only: the encoder frozen throughout"
     lpft = dict(result["config"]["train"], freeze_backbone_steps=100, backbone_lr_scale=0.1)
     assert _schedule_words(lpft, 350).startswith("350 steps, LP-FT: the first 100 train only the head")
+
+
+def test_render_only_names_a_missing_or_malformed_results_file(tmp_path, capsys):
+    from pipelines.bert_init import main
+
+    for content in (None, "{not json"):
+        if content is not None:
+            (tmp_path / "results.json").write_text(content)
+        with pytest.raises(SystemExit):
+            main(["--out", str(tmp_path), "--render-only"])
+        err = capsys.readouterr().err
+        assert f"--render-only: {tmp_path / 'results.json'} is not a readable results.json" in err
+    assert not (tmp_path / "README.md").exists()
