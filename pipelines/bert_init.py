@@ -117,6 +117,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--noninferiority-margin", type=float, default=NONINFERIORITY_MARGIN,
                    help="the probe is 'no worse' when the 95%% interval of after - before lies above -MARGIN; fix "
                         "it before looking at results")
+    p.add_argument("--encoder-alpha", type=float, default=1.0,
+                   help="WiSE-FT: score (and sample from) the encoder (1 - A) x pretrained + A x fine-tuned under the "
+                        "fine-tuned head; 1 (default) is the fine-tuned model as trained")
     p.add_argument("--num-samples", type=int, default=6, help="samples drawn from each model")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--render-only", action="store_true",
@@ -174,6 +177,41 @@ def _train_or_reuse(config: RunConfig, run_dir: Path) -> bool:
         return False
     train(config, run_dir, resume=last.is_file())
     return True
+
+
+# ---------------------------------------------------------------------------------------------- WiSE-FT
+State = dict[str, torch.Tensor]
+
+
+def body_keys(backbone: torch.nn.Module) -> list[str]:
+    """State-dict keys of the encoder (everything but the output head's own parameters)."""
+    head = {id(p) for p in backbone.head_parameters()}
+    return [name for name, p in backbone.named_parameters() if id(p) not in head]
+
+
+def interpolate(pre: State, post: State, keys: list[str], alpha: float) -> State:
+    """post with every key in keys set to (1 - alpha) * pre + alpha * post (WiSE-FT)."""
+    out = dict(post)
+    for k in keys:
+        out[k] = torch.lerp(pre[k], post[k], alpha)  # pre + alpha * (post - pre)
+    return out
+
+
+def pretrained_and_finetuned(model: LoadedModel) -> tuple[State, State]:
+    """(the pretrained encoder under the fine-tuned head, the fine-tuned weights) of a model fine-tuned from
+    model.init_from; the model is left holding the fine-tuned weights."""
+    post = {k: v.clone() for k, v in model.backbone.state_dict().items()}
+    load_pretrained(model.backbone, model.model_config)  # the encoder only; the head keeps its fine-tuned weights
+    pre = {k: v.clone() for k, v in model.backbone.state_dict().items()}
+    model.backbone.load_state_dict(post)
+    return pre, post
+
+
+def wise_ft(model: LoadedModel, alpha: float) -> None:
+    """Weight-space ensembling (Wortsman et al. 2022, arXiv:2109.01903), in place: the encoder moves back to
+    (1 - alpha) x pretrained + alpha x fine-tuned; the head stays fine-tuned (the pretrained model has none)."""
+    pre, post = pretrained_and_finetuned(model)
+    model.backbone.load_state_dict(interpolate(pre, post, body_keys(model.backbone), alpha))
 
 
 # ---------------------------------------------------------------------------------------------- probe data
@@ -371,10 +409,16 @@ def _markdown(r: dict) -> str:
                                                    "frozen bit for bit; then everything, " if n_frozen else "")
                 + f"the encoder's learning rate {scale:g} x the head's"
                 + (f", with its own {warm}-step warm-up from step {n_frozen}" if n_frozen else "") + ".")
+    alpha = float(r.get("encoder_alpha", 1.0))
+    if alpha != 1.0:
+        lpft += (f" Then WiSE-FT (Wortsman et al. 2022): every number and sample labelled \"after\" comes from the "
+                 f"encoder (1 - {alpha:g}) x pretrained + {alpha:g} x fine-tuned, under the fine-tuned head "
+                 "(`--encoder-alpha`).")
     lines = [
         "# BERT -> generative model: the MiniLM BERT fine-tuned with MDLM on Jane Austen"
         + (" (head only, encoder frozen)" if _head_only(cfg["train"]) else
-           " (LP-FT: head first, then everything)" if lpft else ""),
+           " (LP-FT: head first, then everything)" if n_frozen or scale != 1.0 else "")
+        + (f", WiSE-FT alpha {alpha:g}" if alpha != 1.0 else ""),
         "",
         f"Made by `{r['command']}` ({r['total_seconds']:.0f} s wall clock, "
         + (f"of which {r['train_seconds']:.0f} s training; " if r.get("trained_in_this_call", True) else
@@ -639,6 +683,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.noninferiority_margin < 0:
         parser.error(f"--noninferiority-margin must be >= 0 (a drop in accuracy allowed), got "
                      f"{args.noninferiority_margin}")
+    if not 0.0 <= args.encoder_alpha <= 1.0:
+        parser.error(f"--encoder-alpha must lie in [0, 1] (the weight of the fine-tuned encoder), got "
+                     f"{args.encoder_alpha}")
     if args.render_only:
         out_dir = Path(args.out)
         path = out_dir / "results.json"
@@ -697,6 +744,9 @@ def main(argv: list[str] | None = None) -> int:
     timing = run_dir / "timing.json"
     result["train_seconds"] = json.loads(timing.read_text())["train_seconds"] if timing.is_file() else float("nan")
     after = load_checkpoint(run_dir)
+    if args.encoder_alpha != 1.0:
+        wise_ft(after, args.encoder_alpha)
+    result["encoder_alpha"] = args.encoder_alpha
     config = dataclasses.replace(config, model=after.model_config)  # the shape init_from's config.json set
     scores["after"] = score(after, "after")
     result["parameters"] = sum(p.numel() for p in after.backbone.parameters())

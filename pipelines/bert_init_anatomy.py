@@ -31,8 +31,17 @@ from pathlib import Path
 
 import torch
 
-from pipelines.bert_init import NONINFERIORITY_MARGIN, PROBE_CS, austen_task, noninferiority, paired_bootstrap
-from seqdiff.backbones import load_pretrained
+from pipelines.bert_init import (
+    NONINFERIORITY_MARGIN,
+    PROBE_CS,
+    State,
+    austen_task,
+    body_keys,
+    interpolate,
+    noninferiority,
+    paired_bootstrap,
+    pretrained_and_finetuned,
+)
 from seqdiff.checkpoint import LoadedModel, load_checkpoint
 from seqdiff.data.datasets import get_dataset
 from seqdiff.data.text import tokenize_file
@@ -41,17 +50,9 @@ from seqdiff.evaluation.likelihood import evaluate_tokens
 from seqdiff.evaluation.probe import logistic_probe, mean_pooled_features
 from seqdiff.training.run import LAST_CHECKPOINT
 
-State = dict[str, torch.Tensor]
-
 
 class AnatomyError(ValueError):
     """A run this command cannot take apart."""
-
-
-def body_keys(backbone: torch.nn.Module) -> list[str]:
-    """State-dict keys of the encoder (everything but the output head's own parameters)."""
-    head = {id(p) for p in backbone.head_parameters()}
-    return [name for name, p in backbone.named_parameters() if id(p) not in head]
 
 
 def part_of(key: str, n_layers: int) -> str:
@@ -62,14 +63,6 @@ def part_of(key: str, n_layers: int) -> str:
     if parts[0] == "layers" and parts[1].isdigit():
         return "lower blocks" if int(parts[1]) < n_layers // 2 else "upper blocks"
     raise AnatomyError(f"encoder weight {key!r} is neither an embedding nor in a block")
-
-
-def interpolate(pre: State, post: State, keys: list[str], alpha: float) -> State:
-    """post with every key in keys set to (1 - alpha) * pre + alpha * post (WiSE-FT)."""
-    out = dict(post)
-    for k in keys:
-        out[k] = torch.lerp(pre[k], post[k], alpha)  # pre + alpha * (post - pre)
-    return out
 
 
 def restore(pre: State, post: State, keys: list[str]) -> State:
@@ -125,9 +118,7 @@ def load_run(run_dir: Path) -> tuple[LoadedModel, State, State]:
     if not model.model_config.init_from or not hasattr(model.backbone, "head_parameters"):
         raise AnatomyError(f"--run-dir {run_dir}: not initialized from a pretrained encoder (model.init_from is "
                            "empty), so there is no 'before' to interpolate from")
-    post = {k: v.clone() for k, v in model.backbone.state_dict().items()}
-    load_pretrained(model.backbone, model.model_config)  # the encoder only; the head stays fine-tuned
-    pre = {k: v.clone() for k, v in model.backbone.state_dict().items()}
+    pre, post = pretrained_and_finetuned(model)
     return model, pre, post
 
 

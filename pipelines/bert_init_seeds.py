@@ -64,10 +64,12 @@ def load_report(directory: Path) -> dict:
 
 
 def recipe_without_seed(result: dict) -> dict:
-    """The resolved config without what `pipelines.bert_init --seed` sets (train.seed and sample.seed)."""
+    """The resolved config without what `pipelines.bert_init --seed` sets (train.seed and sample.seed), plus the
+    WiSE-FT weight the models were scored with (`--encoder-alpha`)."""
     config = copy.deepcopy(result["config"])
     config["train"].pop("seed", None)
     config.get("sample", {}).pop("seed", None)
+    config["encoder_alpha"] = result.get("encoder_alpha", 1.0)  # WiSE-FT after training is part of the recipe
     return config
 
 

@@ -49,6 +49,9 @@ def test_reports_that_are_not_one_recipe_or_miss_a_seed_are_refused(tmp_path):
     b = _write(tmp_path, "b", _result(2, {"p": MET}, lr_scale=0.1))
     with pytest.raises(SeedReportError, match=r"not the same recipe.*train.backbone_lr_scale: 0.03 vs 0.1"):
         combine([a, b], {1, 2}, 1)
+    wise = _write(tmp_path, "wise", {**_result(2, {"p": MET}), "encoder_alpha": 0.5})  # scored after WiSE-FT
+    with pytest.raises(SeedReportError, match=r"not the same recipe.*encoder_alpha: 1.0 vs 0.5"):
+        combine([a, wise], {1, 2}, 1)
     c = _write(tmp_path, "c", _result(1, {"p": MET}))
     with pytest.raises(SeedReportError, match=r"each counted seed must appear exactly once"):
         combine([a, c], {1, 2}, 1)
