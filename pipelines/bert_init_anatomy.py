@@ -42,7 +42,8 @@ from pipelines.bert_init import (
     paired_bootstrap,
     pretrained_and_finetuned,
 )
-from seqdiff.checkpoint import LoadedModel, load_checkpoint
+from seqdiff.checkpoint import CheckpointError, LoadedModel, load_checkpoint
+from seqdiff.config import ConfigError
 from seqdiff.data.datasets import get_dataset
 from seqdiff.data.text import tokenize_file
 from seqdiff.evaluation.generate import save_figure_atomically, write_atomically
@@ -130,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     run_dir, out_dir = Path(args.run_dir), Path(args.out)
     try:
         model, pre, post = load_run(run_dir)
-    except AnatomyError as e:
+    except (AnatomyError, ConfigError, CheckpointError) as e:  # ConfigError: model.init_from is gone or unreadable
         parser.error(str(e))
     seed = args.seed
     if seed is None:

@@ -77,7 +77,7 @@ def test_a_run_dir_without_a_checkpoint_is_named(tmp_path, capsys):
     assert str(tmp_path / "nothing") in capsys.readouterr().err and not (tmp_path / "out").exists()
 
 
-def test_the_endpoints_reproduce_the_bert_init_report(tmp_path):
+def test_the_endpoints_reproduce_the_bert_init_report(tmp_path, capsys):
     """alpha = 1 is the fine-tuned model that pipelines.bert_init scored; alpha = 0 its pretrained encoder."""
     from pipelines import bert_init
 
@@ -106,3 +106,12 @@ def test_the_endpoints_reproduce_the_bert_init_report(tmp_path):
     assert wise["after"]["test"]["nll_nats_per_token"] == v["alpha=0.5"]["test_nll_nats_per_token"]
     assert wise["probes"]["austen-novel"]["after"]["accuracy"] == v["alpha=0.5"]["probe"]["accuracy"]
     assert "WiSE-FT alpha 0.5" in (tmp_path / "wise" / "README.md").read_text()
+    # the 'before' encoder is read from the run's model.init_from: a moved data directory is named, no traceback
+    run = tmp_path / "run"
+    ckpt = torch.load(run / "checkpoints" / "last.ckpt", weights_only=False)
+    ckpt["hyper_parameters"]["model"]["init_from"] = str(tmp_path / "moved")
+    torch.save(ckpt, run / "checkpoints" / "last.ckpt")
+    with pytest.raises(SystemExit):
+        main(["--run-dir", str(run), "--out", str(tmp_path / "out")])
+    assert str(tmp_path / "moved") in capsys.readouterr().err and not (tmp_path / "out").exists()
+
