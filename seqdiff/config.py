@@ -244,6 +244,9 @@ class TrainConfig:
     """For the first N optimizer steps only the output head is updated, the rest keeps its weights (LP-FT)."""
     backbone_lr_scale: float = 1.0
     """Learning-rate multiplier for every parameter outside the output head (the head trains at train.lr)."""
+    frozen_parameters: list[str] = field(default_factory=list)
+    """Backbone parameters never trained, as name patterns (`layers.*`, `embeddings.word.weight`; fnmatch): they
+    keep their initial (or model.init_from) weights bit for bit, get no optimizer state and no EMA copy."""
 
     def __post_init__(self) -> None:
         for key in ("max_steps", "val_every", "checkpoint_every", "log_every", "num_nodes"):
@@ -252,6 +255,9 @@ class TrainConfig:
         if not 0 <= self.freeze_backbone_steps <= self.max_steps:
             raise ConfigError(f"train.freeze_backbone_steps must lie in [0, train.max_steps={self.max_steps}], got "
                               f"{self.freeze_backbone_steps}")
+        bad = [p for p in self.frozen_parameters if not isinstance(p, str) or not p.strip()]
+        if bad:
+            raise ConfigError(f"train.frozen_parameters: name patterns (non-empty strings) expected, got {bad}")
         if not (math.isfinite(self.backbone_lr_scale) and self.backbone_lr_scale > 0):
             raise ConfigError(f"train.backbone_lr_scale must be a finite number > 0, got {self.backbone_lr_scale} (to "
                               f"keep the backbone fixed for the whole run, set "

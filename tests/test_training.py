@@ -263,3 +263,44 @@ def test_csv_log_is_rewritten_by_global_rank_zero_only(tmp_path, monkeypatch):
     monkeypatch.setattr(rank_zero_only, "rank", 0)
     assert ResumableCSVLogger(str(tmp_path), resume_step=1).experiment is not None  # rank 0 trims to step < 1
     assert (logs / "metrics.csv").read_text().splitlines() == ["step,train/loss", "0,2.0"]
+
+
+@pytest.mark.parametrize("backbone", ["dit", "bert"])
+def test_frozen_parameters_keep_their_weights_and_get_no_optimizer_state_or_ema(tmp_path, backbone):
+    pattern = "layers.0.*" if backbone == "bert" else "blocks.0.*"
+    cfg = tiny_config(**{"model.backbone": backbone, "model.time_conditioning": "false", "train.max_steps": 3,
+                         "train.weight_decay": 0.1, "train.val_every": 3, "train.ema_decay": 0.9,
+                         "train.frozen_parameters": f"[{pattern}]"})
+    snaps = Snapshots()
+    result = train(cfg, tmp_path / "r", extra_callbacks=[snaps])
+    from fnmatch import fnmatchcase
+
+    names = [n for n, _ in result.module.backbone.named_parameters()]
+    frozen = {n for n in names if fnmatchcase(n, pattern)}
+    assert frozen and len(frozen) < len(names)
+    w = snaps.weights
+    for n in names:  # weight decay 0.1 would move any weight AdamW touched
+        assert torch.equal(w[3][n], w[0][n]) == (n in frozen), n
+    assert snaps.with_state[3] == set(names) - frozen
+    ckpt = torch.load(result.checkpoint, weights_only=False)
+    assert set(ckpt["ema_state_dict"]) == set(names) - frozen
+    from seqdiff.checkpoint import load_checkpoint
+
+    loaded = load_checkpoint(tmp_path / "r")  # EMA weights where tracked, the frozen ones as they were
+    for n, p in loaded.backbone.named_parameters():
+        if n in frozen:
+            assert torch.equal(p, w[0][n]), n
+    with pytest.raises(RunError, match=r"frozen_parameters=\[.*\]; its optimizer state"):
+        train(tiny_config(**{"model.backbone": backbone, "model.time_conditioning": "false",
+                             "train.max_steps": 4}), tmp_path / "r", resume=True)
+
+
+def test_a_frozen_pattern_that_matches_nothing_or_everything_is_refused(tmp_path):
+    from seqdiff.config import ConfigError
+
+    with pytest.raises(ConfigError, match=r"'layer.0.\*' matches no parameter of the DiT backbone \(its names"):
+        train(tiny_config(**{"train.frozen_parameters": "[layer.0.*]"}), tmp_path / "a")
+    with pytest.raises(ConfigError, match="freezes every parameter"):
+        train(tiny_config(**{"train.frozen_parameters": "['*']"}), tmp_path / "b")
+    with pytest.raises(ConfigError, match="non-empty strings"):
+        tiny_config(**{"train.frozen_parameters": "['']"})

@@ -14,6 +14,10 @@ arXiv:2202.10054): the backbone's `head_parameters()` are the output head, the r
   train.warmup_steps (AdamW's first steps on newly trained weights are full-size), times the same decay as
   the head (constant, or cosine to zero at max_steps).
 Without them the optimizer has the two groups it always had (decay / no decay), so old checkpoints resume.
+
+`train.frozen_parameters` (name patterns) switches `requires_grad` off for the backbone parameters it names, for
+the whole run: autograd computes no gradient for them, the optimizer and the EMA never see them, and they keep
+their initial weights bit for bit (e.g. `layers.*`: train a BERT's embeddings and head, keep its blocks).
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ class SeqDiffModule(L.LightningModule):
         self.tokenizer = tokenizer_from_dict(tokenizer)
         self.method, self.backbone, self.model_config = build_model(self.model_config, self.method_config,
                                                                     self.tokenizer)
+        freeze_parameters(self.backbone, self.train_config.frozen_parameters)
         self._eval_sums: dict[str, torch.Tensor] = {}
 
     def configure_model(self) -> None:
@@ -118,7 +123,7 @@ class SeqDiffModule(L.LightningModule):
                               f"head_parameters(); {type(self.backbone).__name__} has none")
         head_ids = {id(p) for p in self.backbone.head_parameters()}
         head, body = [], []
-        for p in self.backbone.parameters():
+        for p in trainable(self.backbone):
             (head if id(p) in head_ids else body).append(p)
         return head, body
 
@@ -132,7 +137,7 @@ class SeqDiffModule(L.LightningModule):
                                 {"params": no_decay, "weight_decay": 0.0, **extra}) if g["params"]]
 
         if cfg.freeze_backbone_steps == 0 and cfg.backbone_lr_scale == 1.0:
-            groups = split(list(self.backbone.parameters()))  # the layout every earlier checkpoint holds
+            groups = split(trainable(self.backbone))  # the layout every earlier checkpoint holds
             lambdas = [lr_lambda(cfg)] * len(groups)
         else:
             head, body = self.head_and_body()
@@ -143,6 +148,35 @@ class SeqDiffModule(L.LightningModule):
         optimizer = torch.optim.AdamW(groups, lr=cfg.lr, betas=tuple(cfg.betas))
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambdas)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+
+def trainable(backbone: torch.nn.Module) -> list[torch.nn.Parameter]:
+    """The parameters the optimizer updates: all but those `train.frozen_parameters` froze."""
+    return [p for p in backbone.parameters() if p.requires_grad]
+
+
+def freeze_parameters(backbone: torch.nn.Module, patterns: list[str]) -> list[str]:
+    """Switch requires_grad off for every parameter whose name matches a pattern; returns the frozen names.
+
+    A pattern that matches nothing is a typo, not a no-op: it fails, naming the pattern and a few real names.
+    """
+    from fnmatch import fnmatchcase
+
+    names = [n for n, _ in backbone.named_parameters()]
+    for pattern in patterns:
+        if not any(fnmatchcase(n, pattern) for n in names):
+            tops = sorted({n.split(".")[0] + (".*" if "." in n else "") for n in names})
+            raise ConfigError(f"train.frozen_parameters: {pattern!r} matches no parameter of the "
+                              f"{type(backbone).__name__} backbone (its names start with: {', '.join(tops)}; "
+                              f"e.g. {names[0]!r})")
+    frozen = []
+    for name, p in backbone.named_parameters():
+        if any(fnmatchcase(name, pattern) for pattern in patterns):
+            p.requires_grad_(False)
+            frozen.append(name)
+    if frozen and len(frozen) == len(names):
+        raise ConfigError(f"train.frozen_parameters {patterns} freezes every parameter: nothing would train")
+    return frozen
 
 
 def _decay(cfg: TrainConfig, step: int) -> float:

@@ -237,6 +237,11 @@ def train(config: RunConfig, run_dir: str | Path, resume: bool = False,
         if optimizer_layout(saved) != optimizer_layout(tcfg.strategy):
             raise RunError(f"--resume: {ckpt_path} was written with train.strategy={saved}, whose optimizer state "
                            f"train.strategy={tcfg.strategy} cannot read; resume with train.strategy={saved}")
+        frozen = list(ckpt.get("hyper_parameters", {}).get("train", {}).get("frozen_parameters", []))
+        if frozen != list(tcfg.frozen_parameters):
+            raise RunError(f"--resume: {ckpt_path} was trained with train.frozen_parameters={frozen}; its optimizer "
+                           f"state holds exactly the parameters that setting trains, so resume with it (got "
+                           f"{list(tcfg.frozen_parameters)})")
         del ckpt
 
     L.seed_everything(tcfg.seed, workers=True, verbose=False)
