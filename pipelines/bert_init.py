@@ -99,6 +99,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="LP-FT: the first N steps train only the masked-LM head, the encoder frozen")
     p.add_argument("--backbone-lr-scale", type=float, default=1.0,
                    help="learning rate of the encoder as a multiple of --lr (the head's)")
+    p.add_argument("--frozen-parameters", nargs="+", default=[], metavar="PATTERN",
+                   help="encoder parameters kept at their pretrained weights throughout (train.frozen_parameters), "
+                        "e.g. 'layers.*' to train only the embeddings and the head")
     p.add_argument("--val-every", type=int, default=None,
                    help="validate every N steps (default: a third of --max-steps); match another run's to compare")
     p.add_argument("--baseline-run-dir", default=None,
@@ -135,6 +138,7 @@ def run_config(args: argparse.Namespace) -> RunConfig:
         f"data.eval_batch_size={args.batch_size}", f"train.max_steps={steps}", f"train.lr={args.lr}",
         f"train.freeze_backbone_steps={args.freeze_backbone_steps}",
         f"train.backbone_lr_scale={args.backbone_lr_scale}",
+        "train.frozen_parameters=" + json.dumps(list(args.frozen_parameters)),
         f"train.warmup_steps={max(1, steps // 10)}", f"train.val_every={val_every}", "train.val_batches=4",
         f"train.checkpoint_every={max(1, steps // 3)}", "train.ema_decay=0.99", "train.log_every=5",
         f"train.seed={args.seed}", "train.progress_bar=false",
@@ -409,6 +413,10 @@ def _markdown(r: dict) -> str:
                                                    "frozen bit for bit; then everything, " if n_frozen else "")
                 + f"the encoder's learning rate {scale:g} x the head's"
                 + (f", with its own {warm}-step warm-up from step {n_frozen}" if n_frozen else "") + ".")
+    frozen = cfg["train"].get("frozen_parameters") or []
+    if frozen:
+        lpft += (" Encoder parameters matching " + ", ".join(f"`{p}`" for p in frozen) + " stay at their "
+                 "pretrained weights throughout (`train.frozen_parameters`).")
     alpha = float(r.get("encoder_alpha", 1.0))
     if alpha != 1.0:
         lpft += (f" Then WiSE-FT (Wortsman et al. 2022): every number and sample labelled \"after\" comes from the "
@@ -418,6 +426,7 @@ def _markdown(r: dict) -> str:
         "# BERT -> generative model: the MiniLM BERT fine-tuned with MDLM on Jane Austen"
         + (" (head only, encoder frozen)" if _head_only(cfg["train"]) else
            " (LP-FT: head first, then everything)" if n_frozen or scale != 1.0 else "")
+        + (", " + ", ".join(frozen) + " frozen" if frozen else "")
         + (f", WiSE-FT alpha {alpha:g}" if alpha != 1.0 else ""),
         "",
         f"Made by `{r['command']}` ({r['total_seconds']:.0f} s wall clock, "

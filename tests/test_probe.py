@@ -302,6 +302,21 @@ def test_head_only_report_says_its_probe_test_is_trivial():
     assert _schedule_words(lpft, 350).startswith("350 steps, LP-FT: the first 100 train only the head")
 
 
+def test_frozen_parameters_reach_the_recipe_and_the_report():
+    from pipelines.bert_init import _markdown, build_parser, run_config
+
+    args = build_parser().parse_args(["--frozen-parameters", "layers.*", "--max-steps", "350",
+                                      "--freeze-backbone-steps", "100"])
+    assert run_config(args).train.frozen_parameters == ["layers.*"]
+    assert run_config(build_parser().parse_args([])).train.frozen_parameters == []
+    result = json.loads(Path("reports/bert_init/lpft_scale003_noninferiority/results.json").read_text())
+    assert "frozen" not in _markdown(result).split("\n")[0]  # reports made before the option read as before
+    result["config"]["train"]["frozen_parameters"] = ["layers.*"]
+    text = _markdown(result)
+    assert "(LP-FT: head first, then everything), layers.* frozen" in text.split("\n")[0]
+    assert "Encoder parameters matching `layers.*` stay at their pretrained weights throughout" in text
+
+
 def test_render_only_names_a_missing_or_malformed_results_file(tmp_path, capsys):
     from pipelines.bert_init import main
 
