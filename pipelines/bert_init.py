@@ -33,6 +33,10 @@ another finished run of this pipeline (e.g. the same budget without LP-FT): its 
 test bound is scored with the same draws, and its probe fits are paired with this run's (bootstrap interval of
 this run's accuracy minus the baseline's).
 
+`--frozen-parameters 'layers.*'` keeps the named encoder parameters at their pretrained weights for the whole run
+(train.frozen_parameters). `--encoder-alpha A` scores and samples, as "after", the WiSE-FT encoder (1 - A) x
+pretrained + A x fine-tuned under the fine-tuned head (Wortsman et al. 2022); the training run is unchanged.
+
 An interrupted run resumes on the next call; a finished run is reused.
 """
 
