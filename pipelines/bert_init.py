@@ -55,6 +55,7 @@ import numpy as np
 import torch
 
 from seqdiff.backbones import load_pretrained, pretrained_model_config
+from seqdiff.backbones.wise_ft import wise_ft
 from seqdiff.checkpoint import LoadedModel, load_checkpoint, read_checkpoint
 from seqdiff.config import RunConfig, load_run_config
 from seqdiff.data.datasets import get_dataset
@@ -185,41 +186,6 @@ def _train_or_reuse(config: RunConfig, run_dir: Path) -> bool:
         return False
     train(config, run_dir, resume=last.is_file())
     return True
-
-
-# ---------------------------------------------------------------------------------------------- WiSE-FT
-State = dict[str, torch.Tensor]
-
-
-def body_keys(backbone: torch.nn.Module) -> list[str]:
-    """State-dict keys of the encoder (everything but the output head's own parameters)."""
-    head = {id(p) for p in backbone.head_parameters()}
-    return [name for name, p in backbone.named_parameters() if id(p) not in head]
-
-
-def interpolate(pre: State, post: State, keys: list[str], alpha: float) -> State:
-    """post with every key in keys set to (1 - alpha) * pre + alpha * post (WiSE-FT)."""
-    out = dict(post)
-    for k in keys:
-        out[k] = torch.lerp(pre[k], post[k], alpha)  # pre + alpha * (post - pre)
-    return out
-
-
-def pretrained_and_finetuned(model: LoadedModel) -> tuple[State, State]:
-    """(the pretrained encoder under the fine-tuned head, the fine-tuned weights) of a model fine-tuned from
-    model.init_from; the model is left holding the fine-tuned weights."""
-    post = {k: v.clone() for k, v in model.backbone.state_dict().items()}
-    load_pretrained(model.backbone, model.model_config)  # the encoder only; the head keeps its fine-tuned weights
-    pre = {k: v.clone() for k, v in model.backbone.state_dict().items()}
-    model.backbone.load_state_dict(post)
-    return pre, post
-
-
-def wise_ft(model: LoadedModel, alpha: float) -> None:
-    """Weight-space ensembling (Wortsman et al. 2022, arXiv:2109.01903), in place: the encoder moves back to
-    (1 - alpha) x pretrained + alpha x fine-tuned; the head stays fine-tuned (the pretrained model has none)."""
-    pre, post = pretrained_and_finetuned(model)
-    model.backbone.load_state_dict(interpolate(pre, post, body_keys(model.backbone), alpha))
 
 
 # ---------------------------------------------------------------------------------------------- probe data

@@ -31,17 +31,8 @@ from pathlib import Path
 
 import torch
 
-from pipelines.bert_init import (
-    NONINFERIORITY_MARGIN,
-    PROBE_CS,
-    State,
-    austen_task,
-    body_keys,
-    interpolate,
-    noninferiority,
-    paired_bootstrap,
-    pretrained_and_finetuned,
-)
+from pipelines.bert_init import NONINFERIORITY_MARGIN, PROBE_CS, austen_task, noninferiority, paired_bootstrap
+from seqdiff.backbones.wise_ft import State, encoder_keys, interpolate, pretrained_and_finetuned
 from seqdiff.checkpoint import CheckpointError, LoadedModel, load_checkpoint
 from seqdiff.config import ConfigError
 from seqdiff.data.datasets import get_dataset
@@ -142,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     def log(msg: str) -> None:
         print(f"[bert_init_anatomy {time.perf_counter() - start:7.1f}s] {msg}", file=sys.stderr, flush=True)
 
-    keys = body_keys(model.backbone)
+    keys = encoder_keys(model.backbone)
     n_layers = model.model_config.n_layers
     test_file = get_dataset(model.data_config.corpus).files("test")[0]
     test_tokens = tokenize_file(test_file, model.tokenizer)[: args.eval_blocks * model.seq_len]

@@ -227,7 +227,8 @@ def _read_reference(path: str) -> str:
 def cmd_export(args: argparse.Namespace) -> int:
     from seqdiff.hf.export import export_checkpoint
 
-    out = export_checkpoint(args.checkpoint, args.out_dir, use_ema=not args.no_ema, overwrite=args.overwrite)
+    out = export_checkpoint(args.checkpoint, args.out_dir, use_ema=not args.no_ema, overwrite=args.overwrite,
+                            encoder_alpha=args.encoder_alpha)
     print(f"exported: {out} (load with seqdiff, or with transformers' AutoModelForMaskedLM / AutoModelForCausalLM "
           f"after seqdiff.hf.register_auto_classes(), or with trust_remote_code=True)")
     return 0
@@ -415,6 +416,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("out_dir", help="the directory to write (must not exist or be empty, unless --overwrite)")
     p.add_argument("--no-ema", action="store_true", help="export the raw weights instead of the EMA weights")
     p.add_argument("--overwrite", action="store_true", help="replace an existing output directory")
+    p.add_argument("--encoder-alpha", type=float, default=1.0, metavar="A",
+                   help="WiSE-FT, for a model fine-tuned from model.init_from (a pretrained BERT): write the encoder "
+                        "(1 - A) x pretrained + A x fine-tuned under the fine-tuned head (default 1: as trained)")
     p.set_defaults(func=cmd_export)
 
     p = sub.add_parser("probe", help="genomic classification probes: frozen and fine-tuned, against baselines")

@@ -215,3 +215,48 @@ def test_head_parameters_are_the_weights_an_encoder_checkpoint_leaves_fresh(tmp_
     model, report = ours(mlm)
     names = {id(p): n for n, p in model.named_parameters()}
     assert report["fresh"] == [] and sorted(names[id(p)] for p in model.head_parameters()) == head
+
+
+def test_export_with_encoder_alpha_writes_the_wise_ft_interpolation(tmp_path, capsys):
+    """`seqdiff export RUN OUT --encoder-alpha A`: encoder (1 - A) x init_from + A x fine-tuned, head as fine-tuned."""
+    from seqdiff.backbones.bert import hf_bert_state_dict
+    from seqdiff.backbones.wise_ft import encoder_keys
+    from seqdiff.checkpoint import load_checkpoint
+    from seqdiff.cli import main
+    from seqdiff.tokenizers import CharTokenizer
+
+    tok = CharTokenizer()
+    ref, path = hf_bert(tmp_path, seed=3, vocab_size=tok.vocab_size)
+    fixture = "tests/fixtures/shakespeare_tiny.txt"
+    run = tmp_path / "run"
+    common = [f"data.train_file={fixture}", f"data.valid_file={fixture}", f"data.test_file={fixture}",
+              "model.max_seq_len=32", "data.seq_len=32", "data.batch_size=4", "train.max_steps=2", "train.lr=1e-2",
+              "train.warmup_steps=1", "train.val_every=2", "train.val_batches=1", "train.progress_bar=false",
+              "train.ema_decay=0"]
+    assert main(["train", "--run-dir", str(run), "model.backbone=bert", f"model.init_from={path}", *common]) == 0
+    assert main(["export", str(run), str(tmp_path / "wise"), "--encoder-alpha", "0.25"]) == 0
+    tuned = load_checkpoint(run).backbone
+    pre = hf_bert_state_dict(ref.state_dict(), 2, 32)
+    post = tuned.state_dict()
+    wise = load_checkpoint(tmp_path / "wise").backbone.state_dict()
+    keys = encoder_keys(tuned)
+    assert set(keys) == set(pre) and len(keys) < len(post)  # the head is not in the pretrained encoder
+    for k in post:
+        expected = pre[k] + 0.25 * (post[k] - pre[k]) if k in keys else post[k]
+        torch.testing.assert_close(wise[k], expected, rtol=1e-6, atol=1e-7, msg=k)
+    assert any(not torch.equal(pre[k], post[k]) for k in keys)  # the run moved the encoder: the check has teeth
+    assert json.loads((tmp_path / "wise" / "config.json").read_text())["wise_ft_alpha"] == 0.25
+    assert "wise_ft_alpha" not in json.loads(_export(main, run, tmp_path / "plain").read_text())
+    capsys.readouterr()
+    # a model trained from scratch has no pretrained encoder to go back to; alpha outside [0, 1] is refused
+    assert main(["train", "--run-dir", str(tmp_path / "dit"), "model.preset=test", *common]) == 0
+    assert main(["export", str(tmp_path / "dit"), str(tmp_path / "x"), "--encoder-alpha", "0.5"]) == 2
+    assert "WiSE-FT needs a model fine-tuned from pretrained weights" in capsys.readouterr().err
+    assert main(["export", str(run), str(tmp_path / "y"), "--encoder-alpha", "1.5"]) == 2
+    assert "must lie in [0, 1]" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
+
+
+def _export(main, run, out):
+    assert main(["export", str(run), str(out)]) == 0
+    return out / "config.json"

@@ -5,17 +5,9 @@ import json
 import pytest
 import torch
 
-from pipelines.bert_init_anatomy import (
-    AnatomyError,
-    body_keys,
-    interpolate,
-    main,
-    parse_alphas,
-    part_of,
-    restore,
-    variants,
-)
+from pipelines.bert_init_anatomy import AnatomyError, main, parse_alphas, part_of, restore, variants
 from seqdiff.backbones import build_backbone
+from seqdiff.backbones.wise_ft import encoder_keys, interpolate
 from seqdiff.config import ModelConfig
 
 
@@ -46,7 +38,7 @@ def test_restore_puts_back_only_the_named_keys():
 def test_every_bert_encoder_weight_falls_in_one_part_and_the_head_in_none():
     cfg = ModelConfig(backbone="bert", hidden_size=16, n_layers=4, n_heads=2, max_seq_len=8, activation="gelu")
     bert = build_backbone(cfg, vocab_size=11, causal=False)
-    keys = body_keys(bert)
+    keys = encoder_keys(bert)
     head = {n for n, p in bert.named_parameters() if any(p is q for q in bert.head_parameters())}
     assert head and not head & set(keys) and set(keys) | head == {n for n, _ in bert.named_parameters()}
     parts = {k: part_of(k, 4) for k in keys}

@@ -64,8 +64,12 @@ class ExportError(CheckpointError):
 
 
 def export_checkpoint(checkpoint: str | Path, out_dir: str | Path, use_ema: bool = True,
-                      overwrite: bool = False) -> Path:
-    """Write the model of `checkpoint` (a .ckpt, a run directory or an export) as a Hugging Face directory."""
+                      overwrite: bool = False, encoder_alpha: float = 1.0) -> Path:
+    """Write the model of `checkpoint` (a .ckpt, a run directory or an export) as a Hugging Face directory.
+
+    encoder_alpha < 1: write the WiSE-FT encoder (1 - alpha) x model.init_from's weights + alpha x fine-tuned
+    (seqdiff.backbones.wise_ft); config.json records the alpha as `wise_ft_alpha`.
+    """
     source = Path(checkpoint)
     if is_exported_dir(source):
         model = load_exported(source)
@@ -80,19 +84,27 @@ def export_checkpoint(checkpoint: str | Path, out_dir: str | Path, use_ema: bool
                               f"decode text; export a checkpoint written by `seqdiff train`, which stores its "
                               f"tokenizer")
         model = model_from_checkpoint(ckpt, path, use_ema=use_ema)
-    return export_model(model, out_dir, overwrite=overwrite, source=source)
+    if encoder_alpha != 1.0:
+        from seqdiff.backbones.wise_ft import wise_ft
+        from seqdiff.config import ConfigError
+
+        try:
+            wise_ft(model, encoder_alpha)
+        except ConfigError as e:
+            raise ExportError(f"--encoder-alpha: {e}") from e
+    return export_model(model, out_dir, overwrite=overwrite, source=source, encoder_alpha=encoder_alpha)
 
 
 def export_model(model: LoadedModel, out_dir: str | Path, overwrite: bool = False,
-                 source: Path | None = None) -> Path:
+                 source: Path | None = None, encoder_alpha: float = 1.0) -> Path:
     """Write a loaded model (see `seqdiff.checkpoint.load_checkpoint`) as a Hugging Face directory."""
     return write_export(out_dir, model.backbone.state_dict(), model.model_config, model.method_config,
                         model.tokenizer, model.seq_len, data_config=model.data_config, step=model.step,
-                        ema=model.ema, overwrite=overwrite, source=source)
+                        ema=model.ema, overwrite=overwrite, source=source, encoder_alpha=encoder_alpha)
 
 
 def hf_config(model_config: ModelConfig, method_config: MethodConfig, tokenizer: Tokenizer, seq_len: int,
-              data_config: DataConfig | None = None, step: int = 0, ema: bool = False):
+              data_config: DataConfig | None = None, step: int = 0, ema: bool = False, encoder_alpha: float = 1.0):
     """The SeqDiffConfig (config.json) of a model; architectures and auto_map filled in."""
     from seqdiff.hf.modeling import SeqDiffConfig, _method_of
 
@@ -104,7 +116,8 @@ def hf_config(model_config: ModelConfig, method_config: MethodConfig, tokenizer:
         summary["sha256"] = description["sha256"]
     config = SeqDiffConfig(model=to_dict(model_config), method=to_dict(method_config), tokenizer=summary,
                            seq_len=seq_len, data=to_dict(data_config) if data_config is not None else None,
-                           step=step, ema_weights=ema, auto_map=dict(AUTO_MAP))
+                           step=step, ema_weights=ema, auto_map=dict(AUTO_MAP),
+                           **({"wise_ft_alpha": encoder_alpha} if encoder_alpha != 1.0 else {}))
     causal = _method_of(config).causal
     config.architectures = ["SeqDiffForCausalLM" if causal else "SeqDiffForMaskedLM"]
     return config
@@ -113,13 +126,13 @@ def hf_config(model_config: ModelConfig, method_config: MethodConfig, tokenizer:
 def write_export(out_dir: str | Path, state_dict: dict[str, torch.Tensor], model_config: ModelConfig,
                  method_config: MethodConfig, tokenizer: Tokenizer, seq_len: int,
                  data_config: DataConfig | None = None, step: int = 0, ema: bool = False,
-                 overwrite: bool = False, source: Path | None = None) -> Path:
+                 overwrite: bool = False, source: Path | None = None, encoder_alpha: float = 1.0) -> Path:
     """Write config.json, model.safetensors, tokenizer_config.json and the modeling shim, atomically."""
     from safetensors.torch import save_file
 
     out = Path(out_dir)
     _check_destination(out, overwrite, source)
-    config = hf_config(model_config, method_config, tokenizer, seq_len, data_config, step, ema)
+    config = hf_config(model_config, method_config, tokenizer, seq_len, data_config, step, ema, encoder_alpha)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
     try:
