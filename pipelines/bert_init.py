@@ -557,6 +557,10 @@ def _discussion(r: dict) -> str:
     # read off the samples of the runs made so far: the LP-FT run's keep much of the random vocabulary
     samples = ("move from random vocabulary toward Austen's words and punctuation, still mixed with unrelated "
                "words" if n_frozen or scale != 1.0 else "move from random vocabulary to Austen's words and punctuation")
+    alpha = float(r.get("encoder_alpha", 1.0))
+    if alpha != 1.0:
+        trend += (" (the validation bound is logged during training: the fine-tuned weights as trained, before "
+                  "WiSE-FT)")
     paras = [f"**Generation.** Fine-tuning lowers the test bound from {b['nll_nats_per_token']:.2f} to "
              f"{a['nll_nats_per_token']:.2f} nats per token (perplexity bound {b['perplexity']:,.0f} -> "
              f"{a['perplexity']:,.0f}) after {r['after']['step']} steps, and the samples {samples}, without grammar "
@@ -592,10 +596,14 @@ def _discussion(r: dict) -> str:
             "learning rate for the encoder than for the head, a longer run, and probing an earlier layer." + edge_note)
     elif n_frozen or scale != 1.0:
         paras.append(
-            "**LP-FT.** With the head trained first" + (f" ({n_frozen} steps, encoder frozen)" if n_frozen else "")
+            ("**LP-FT, then WiSE-FT.**" if alpha != 1.0 else "**LP-FT.**") + " With the head trained first"
+            + (f" ({n_frozen} steps, encoder frozen)" if n_frozen else "")
             + f" and the encoder at {scale:g} x the head's learning rate (Kumar et al. 2022's remedy for feature "
-            "distortion through a fresh head), no probe is significantly worse after fine-tuning: every 95% interval "
-            "of after - before reaches 0 or above."
+            "distortion through a fresh head)"
+            + (f", and the encoder then taken back to {1 - alpha:g} x pretrained + {alpha:g} x fine-tuned"
+               if alpha != 1.0 else "")
+            + ", no probe is significantly worse after fine-tuning: every 95% interval of after - before reaches "
+            "0 or above."
             + (" The comparison with the baseline run below shows what that changed in the bound and the probes."
                if "baseline" in r else "") + edge_note)
     return "\n\n".join(paras)

@@ -328,3 +328,15 @@ def test_render_only_names_a_missing_or_malformed_results_file(tmp_path, capsys)
         err = capsys.readouterr().err
         assert f"--render-only: {tmp_path / 'results.json'} is not a readable results.json" in err
     assert not (tmp_path / "README.md").exists()
+
+
+def test_a_wise_ft_report_says_which_weights_each_number_comes_from():
+    from pipelines.bert_init import _markdown
+
+    result = json.loads(Path("reports/bert_init/lpft03_wise05_seed1/results.json").read_text())
+    assert result["encoder_alpha"] == 0.5
+    text = _markdown(result)
+    assert text.split("\n")[0].endswith(", WiSE-FT alpha 0.5")
+    assert "comes from the encoder (1 - 0.5) x pretrained + 0.5 x fine-tuned" in text
+    assert "before WiSE-FT)" in text  # the validation curve is the trained weights'
+    assert "**LP-FT, then WiSE-FT.**" in text or "significantly worse" in text
