@@ -57,7 +57,7 @@ import torch
 from seqdiff.backbones import load_pretrained, pretrained_model_config
 from seqdiff.backbones.wise_ft import wise_ft
 from seqdiff.checkpoint import LoadedModel, load_checkpoint, read_checkpoint
-from seqdiff.config import RunConfig, load_run_config
+from seqdiff.config import ConfigError, RunConfig, load_run_config
 from seqdiff.data.datasets import get_dataset
 from seqdiff.data.fetch import source_path
 from seqdiff.data.text import tokenize_file
@@ -67,6 +67,7 @@ from seqdiff.evaluation.metrics import diversity_metrics
 from seqdiff.evaluation.probe import logistic_probe, mean_pooled_features
 from seqdiff.methods import build_model
 from seqdiff.tokenizers import Tokenizer
+from seqdiff.training.module import freeze_parameters
 from seqdiff.training.run import LAST_CHECKPOINT, resolve_init_from, train
 
 RECIPE = Path(__file__).resolve().parents[1] / "configs" / "austen_bert_init_mdlm.yaml"
@@ -695,6 +696,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[bert_init {time.perf_counter() - start:7.1f}s] {msg}", file=sys.stderr, flush=True)
 
     before = initial_model(config)
+    try:  # a --frozen-parameters typo fails now, not after the first scoring (the before model is never trained)
+        freeze_parameters(before.backbone, config.train.frozen_parameters)
+    except ConfigError as e:
+        parser.error(f"--frozen-parameters: {e}")
     tokenizer = before.tokenizer
     test_file = get_dataset(config.data.corpus).files("test")[0]  # Persuasion
     test_tokens = tokenize_file(test_file, tokenizer)[: args.eval_blocks * args.seq_len]

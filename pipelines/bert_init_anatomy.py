@@ -107,11 +107,19 @@ def load_run(run_dir: Path) -> tuple[LoadedModel, State, State]:
         raise AnatomyError(f"--run-dir {run_dir}: no {LAST_CHECKPOINT} there (a finished run of pipelines.bert_init "
                            "is needed)")
     model = load_checkpoint(run_dir)
-    if not model.model_config.init_from or not hasattr(model.backbone, "head_parameters"):
-        raise AnatomyError(f"--run-dir {run_dir}: not initialized from a pretrained encoder (model.init_from is "
-                           "empty), so there is no 'before' to interpolate from")
-    pre, post = pretrained_and_finetuned(model)
+    pre, post = pretrained_and_finetuned(model)  # refuses a model trained from scratch
     return model, pre, post
+
+
+def run_seed(run_dir: Path) -> int:
+    """train.seed of a run, from its config.yaml (what pipelines.bert_init drew its test draws and folds with)."""
+    import yaml
+
+    path = run_dir / "config.yaml"
+    try:
+        return int(yaml.safe_load(path.read_text(encoding="utf-8"))["train"]["seed"])
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, KeyError, TypeError, ValueError) as e:
+        raise AnatomyError(f"{path}: no readable train.seed ({type(e).__name__}: {e}); pass --seed") from None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -122,13 +130,9 @@ def main(argv: list[str] | None = None) -> int:
     run_dir, out_dir = Path(args.run_dir), Path(args.out)
     try:
         model, pre, post = load_run(run_dir)
+        seed = args.seed if args.seed is not None else run_seed(run_dir)
     except (AnatomyError, ConfigError, CheckpointError) as e:  # ConfigError: model.init_from is gone or unreadable
         parser.error(str(e))
-    seed = args.seed
-    if seed is None:
-        import yaml
-
-        seed = int(yaml.safe_load((run_dir / "config.yaml").read_text())["train"]["seed"])
 
     def log(msg: str) -> None:
         print(f"[bert_init_anatomy {time.perf_counter() - start:7.1f}s] {msg}", file=sys.stderr, flush=True)

@@ -101,9 +101,17 @@ def test_the_endpoints_reproduce_the_bert_init_report(tmp_path, capsys):
     # the 'before' encoder is read from the run's model.init_from: a moved data directory is named, no traceback
     run = tmp_path / "run"
     ckpt = torch.load(run / "checkpoints" / "last.ckpt", weights_only=False)
+    original = ckpt["hyper_parameters"]["model"]["init_from"]
     ckpt["hyper_parameters"]["model"]["init_from"] = str(tmp_path / "moved")
     torch.save(ckpt, run / "checkpoints" / "last.ckpt")
     with pytest.raises(SystemExit):
         main(["--run-dir", str(run), "--out", str(tmp_path / "out")])
     assert str(tmp_path / "moved") in capsys.readouterr().err and not (tmp_path / "out").exists()
+    # without --seed the run's config.yaml gives it; a missing one is named
+    ckpt["hyper_parameters"]["model"]["init_from"] = original
+    torch.save(ckpt, run / "checkpoints" / "last.ckpt")
+    (run / "config.yaml").unlink()
+    with pytest.raises(SystemExit):
+        main(["--run-dir", str(run), "--out", str(tmp_path / "out")])
+    assert "config.yaml: no readable train.seed" in capsys.readouterr().err
 

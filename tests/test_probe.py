@@ -302,6 +302,15 @@ def test_head_only_report_says_its_probe_test_is_trivial():
     assert _schedule_words(lpft, 350).startswith("350 steps, LP-FT: the first 100 train only the head")
 
 
+def test_a_frozen_parameters_typo_is_named_before_any_scoring(tmp_path, capsys):
+    from pipelines.bert_init import main
+
+    with pytest.raises(SystemExit):
+        main(["--run-dir", str(tmp_path / "run"), "--out", str(tmp_path / "out"), "--frozen-parameters", "layer.*"])
+    assert "--frozen-parameters: train.frozen_parameters: 'layer.*' matches no parameter" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists() and not (tmp_path / "out").exists()
+
+
 def test_frozen_parameters_reach_the_recipe_and_the_report():
     from pipelines.bert_init import _markdown, build_parser, run_config
 
