@@ -243,8 +243,9 @@ def cmd_probe(args: argparse.Namespace) -> int:
     from seqdiff.probes.protocol import ProbeConfig, load_probe_model, run_protocol
     from seqdiff.probes.report import format_row, metric_label, write_report
 
-    bench = load_benchmark(args.benchmark, data_dir=args.data_dir, test_file=args.test_file)
+    # the models first: a text checkpoint is refused as "not a DNA model" before any benchmark file is looked for
     models = [load_probe_model(path, device=args.device, use_ema=not args.no_ema) for path in args.checkpoints]
+    bench = load_benchmark(args.benchmark, data_dir=args.data_dir, test_file=args.test_file)
     config = ProbeConfig(seeds=args.seeds, finetune_seeds=args.finetune_seeds, layer=args.layer,
                          rc_average=args.rc_average, pool=args.pool, device=args.device)
     config.finetune = FinetuneConfig(epochs=args.epochs, lr=args.lr, head_epochs=args.head_epochs,

@@ -134,13 +134,11 @@ def test_refusals_name_the_problem(tmp_path):
         pretrained_model_config(ModelConfig(backbone="bert", init_from=str(path)))
 
 
-MINILM = Path(os.environ.get("SEQDIFF_DATA", Path.home() / ".cache" / "seqdiff" / "data")) / "bert-vocab"
-
-
-@pytest.mark.skipif(not (MINILM / "model.safetensors").is_file(),
-                    reason=f"the MiniLM BERT is not in {MINILM} (run `seqdiff data fetch bert-vocab`)")
-def test_real_minilm_matches_transformers():
+@pytest.mark.requires_source("bert-vocab")
+def test_real_minilm_matches_transformers(data_source):
     from transformers import BertModel
+
+    MINILM = data_source("bert-vocab")
 
     ref = BertModel.from_pretrained(str(MINILM)).eval()
     cfg, changed = pretrained_model_config(ModelConfig(backbone="bert", init_from=str(MINILM), max_seq_len=128,

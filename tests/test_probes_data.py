@@ -54,10 +54,10 @@ def test_splice_slice_decodes_to_real_splice_sites():
 
 
 def needs_splice_file():
-    if not default_path().is_file():
-        pytest.skip(f"{default_path()} is absent (run `seqdiff data fetch splice-junctions`)")
+    assert default_path().is_file(), f"{default_path()}: requires_source('splice-junctions') did not fetch it"
 
 
+@pytest.mark.requires_source("splice-junctions")
 def test_real_splice_file_matches_slice_and_known_counts():
     needs_splice_file()
     rows, classes, bits = read_slice()

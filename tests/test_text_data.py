@@ -249,14 +249,14 @@ def test_detokenizers():
         datasets.get_detokenizer("wiki")
 
 
+@pytest.mark.requires_source("austen")
 def test_austen_split_by_whole_novels(data_home, tmp_path, monkeypatch):
     with pytest.raises(datasets.DatasetError, match="seqdiff data fetch austen"):
         datasets.load_documents("austen", "train")
-    monkeypatch.delenv("SEQDIFF_DATA")
+    monkeypatch.undo()  # back to the session's data directory, where requires_source fetched it
     from seqdiff.data.fetch import is_present, source_path
 
-    if not is_present("austen"):
-        pytest.skip("austen not fetched (seqdiff data fetch austen)")
+    assert is_present("austen")
     files = {s: set(datasets.DATASETS["austen"].splits[s]) for s in ("train", "valid", "test")}
     assert files["train"] | files["valid"] | files["test"] == {p.name for p in source_path("austen").glob("*.txt")}
     assert not (files["train"] & files["valid"]) and not (files["train"] & files["test"])

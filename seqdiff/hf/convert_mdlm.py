@@ -2,7 +2,12 @@
 
     convert_mdlm_state_dict(state_dict)   -> (ModelConfig, seqdiff DiT state dict)
     convert_mdlm_checkpoint(src, out_dir) -> a directory like `seqdiff export` writes (eval / sample / HF)
-    python -m seqdiff.hf.convert_mdlm SRC OUT_DIR [--time-conditioning]
+    python -m seqdiff.hf.convert_mdlm SRC OUT_DIR [--time-conditioning] [--no-ema] [--n-heads N]
+
+SRC: a .safetensors file (the published mdlm-owt), a torch file with a state dict, or a Lightning .ckpt
+of the reference code: its EMA weights by default (the reference evaluates and samples with them;
+--no-ema for the raw ones), read without running the code its hyper_parameters pickle
+(seqdiff.hf.tensors_only); config.json's ema_weights says which.
 
 What the converter relies on (the MDLM reference implementation, `models/dit.py` of the MDLM repository,
 and the `modeling_mdlm.py` published with the `kuleshov-group/mdlm-owt` model, which wraps the same
@@ -50,10 +55,12 @@ How the differences are bridged (exactly, in float64, then stored in float32):
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import re
 import sys
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -154,7 +161,7 @@ def convert_mdlm_state_dict(state_dict: dict[str, Tensor], *, time_conditioning:
             raise MDLMConversionError(f"{prefix}rotary_emb.inv_freq is not base {ROTARY_BASE:g}^(-2i/D); seqdiff's "
                                       f"rotary embedding cannot reproduce it")
     elif n_heads is None:
-        raise MDLMConversionError(f"{prefix}rotary_emb.inv_freq is absent: pass n_heads")
+        raise MDLMConversionError(f"{prefix}rotary_emb.inv_freq is absent: pass n_heads (--n-heads)")
     else:
         head_dim = H // n_heads
     n_heads = H // head_dim
@@ -259,8 +266,20 @@ def convert_mdlm_state_dict(state_dict: dict[str, Tensor], *, time_conditioning:
     return config, {k: v.to(torch.float32).contiguous() for k, v in out.items()}
 
 
-def load_state_dict_file(path: str | Path) -> dict[str, Tensor]:
-    """A .safetensors file, or a torch file holding a state dict (or {"state_dict": ...})."""
+REFERENCE_BUFFERS = ("rotary_emb.inv_freq",)
+"""Entries of the reference DiT's state dict that are buffers, not parameters (the EMA does not hold them)."""
+
+
+def load_state_dict_file(path: str | Path, use_ema: bool = True) -> tuple[dict[str, Tensor], str]:
+    """The weights of a file -> (state dict, which weights: "ema", "raw" or "file").
+
+    - `.safetensors`, or a torch file holding a bare state dict: its weights ("file").
+    - A Lightning `.ckpt` (`state_dict` plus, when trained with EMA, the reference's `ema` entry
+      {decay, num_updates, shadow_params}): the EMA weights by default ("ema"), as the reference evaluates
+      and samples with them; `use_ema=False`, or a checkpoint without `ema`, gives the raw ones ("raw").
+    A checkpoint whose `hyper_parameters` hold objects of other projects' classes (the reference pickles its
+    OmegaConf config and tokenizer there) is read without running their code (`seqdiff.hf.tensors_only`).
+    """
     path = Path(path)
     if not path.is_file():
         raise MDLMConversionError(f"{path} does not exist")
@@ -268,30 +287,63 @@ def load_state_dict_file(path: str | Path) -> dict[str, Tensor]:
         if path.suffix == ".safetensors":
             from safetensors.torch import load_file
 
-            return load_file(str(path))
-        data = torch.load(path, map_location="cpu", weights_only=True)
+            return load_file(str(path)), "file"
+        from seqdiff.hf.tensors_only import load_tensors_only
+
+        data = load_tensors_only(path)
     except Exception as e:  # many types for a foreign or truncated file
         raise MDLMConversionError(f"{path} cannot be read as a state dict: {e}") from e
+    kind = "file"
     if isinstance(data, dict) and isinstance(data.get("state_dict"), dict):
-        data = data["state_dict"]
+        ema = data.get("ema")
+        data, kind = data["state_dict"], "raw"
+        if use_ema and ema is not None:
+            data, kind = _with_ema_weights(data, ema, path), "ema"
     if not isinstance(data, dict) or not all(isinstance(v, Tensor) for v in data.values()):
         raise MDLMConversionError(f"{path} does not hold a state dict (a mapping of names to tensors)")
-    return data
+    return data, kind
+
+
+def _with_ema_weights(state_dict: dict[str, Tensor], ema: Any, path: Path) -> dict[str, Tensor]:
+    """The state dict with the backbone's parameters replaced by the reference EMA's shadow parameters.
+
+    The reference's EMA keeps a list, in the order of `chain(backbone.parameters(), noise.parameters())`;
+    the backbone's parameters are its state-dict entries in order, minus the buffers (REFERENCE_BUFFERS).
+    Every shadow tensor must have the shape of the parameter it replaces.
+    """
+    shadow = ema.get("shadow_params") if isinstance(ema, dict) else None
+    if not isinstance(shadow, (list, tuple)) or not all(isinstance(t, Tensor) for t in shadow):
+        raise MDLMConversionError(f"{path}: its 'ema' entry has no list of shadow_params tensors (the MDLM "
+                                  f"reference's EMA layout); pass --no-ema to convert the raw weights")
+    prefix = _find_prefix(state_dict)
+    names = [k for k in state_dict if k.startswith(prefix) and k[len(prefix):] not in REFERENCE_BUFFERS]
+    if len(shadow) < len(names):
+        raise MDLMConversionError(f"{path}: the EMA holds {len(shadow)} tensors but the backbone has {len(names)} "
+                                  f"parameters; pass --no-ema to convert the raw weights")
+    out = dict(state_dict)
+    for name, tensor in zip(names, shadow):
+        if tensor.shape != state_dict[name].shape:
+            raise MDLMConversionError(f"{path}: EMA tensor for {name} has shape {tuple(tensor.shape)}, the parameter "
+                                      f"{tuple(state_dict[name].shape)}; pass --no-ema to convert the raw weights")
+        out[name] = tensor
+    return out
 
 
 def convert_mdlm_checkpoint(src: str | Path | dict[str, Tensor], out_dir: str | Path, tokenizer=None,
                             time_conditioning: bool = False, max_seq_len: int = 1024, overwrite: bool = False,
-                            mask_index: int | None = None) -> Path:
+                            mask_index: int | None = None, use_ema: bool = True,
+                            n_heads: int | None = None) -> Path:
     """Convert MDLM weights (a file or a state dict) and write them as a seqdiff export directory.
 
     tokenizer: seqdiff's tokenizer for the model (default: GPT-2, read from the data directory; fetch it
     with `seqdiff data fetch gpt2-vocab`). Its MASK id must equal the reference's mask index (default: the
-    last row of the reference's embedding).
+    last row of the reference's embedding). use_ema: from a Lightning checkpoint with an EMA, convert the
+    EMA weights (config.json says `ema_weights: true`). n_heads: needed only without rotary_emb.inv_freq.
     """
     from seqdiff.hf.export import write_export
     from seqdiff.tokenizers import build_tokenizer
 
-    state_dict = src if isinstance(src, dict) else load_state_dict_file(src)
+    state_dict, kind = (src, "file") if isinstance(src, dict) else load_state_dict_file(src, use_ema=use_ema)
     tokenizer = tokenizer if tokenizer is not None else build_tokenizer("gpt2")
     prefix = _find_prefix(state_dict)
     V = state_dict[prefix + "vocab_embed.embedding"].shape[0]
@@ -300,9 +352,10 @@ def convert_mdlm_checkpoint(src: str | Path | dict[str, Tensor], out_dir: str | 
         raise MDLMConversionError(f"the tokenizer's MASK id is {tokenizer.mask_id} but the checkpoint's mask index "
                                   f"is {mask_index}: the vocabularies do not line up")
     model_config, weights = convert_mdlm_state_dict(state_dict, time_conditioning=time_conditioning,
-                                                    vocab_size=tokenizer.vocab_size, max_seq_len=max_seq_len)
+                                                    n_heads=n_heads, vocab_size=tokenizer.vocab_size,
+                                                    max_seq_len=max_seq_len)
     return write_export(out_dir, weights, model_config, MethodConfig(name="mdlm"), tokenizer, seq_len=max_seq_len,
-                        overwrite=overwrite)
+                        overwrite=overwrite, ema=kind == "ema")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -315,18 +368,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tokenizer", default="gpt2", help="seqdiff tokenizer kind (default gpt2)")
     parser.add_argument("--vocab-dir", help="tokenizer files (default: the data directory)")
     parser.add_argument("--overwrite", action="store_true")
+    parser.add_argument("--no-ema", action="store_true",
+                        help="from a Lightning checkpoint with an EMA, convert the raw weights (default: the EMA ones, "
+                             "which the reference evaluates and samples with)")
+    parser.add_argument("--n-heads", type=int, default=None,
+                        help="attention heads; needed only when the weights lack rotary_emb.inv_freq")
     args = parser.parse_args(argv)
+    if args.n_heads is not None and args.n_heads <= 0:
+        parser.error(f"--n-heads must be a positive integer, got {args.n_heads}")
     from seqdiff.tokenizers import TokenizerError, build_tokenizer
 
     try:
         options = {"vocab_dir": args.vocab_dir} if args.vocab_dir else {}
         out = convert_mdlm_checkpoint(args.src, args.out_dir, tokenizer=build_tokenizer(args.tokenizer, **options),
                                       time_conditioning=args.time_conditioning, max_seq_len=args.max_seq_len,
-                                      overwrite=args.overwrite)
+                                      overwrite=args.overwrite, use_ema=not args.no_ema, n_heads=args.n_heads)
     except (CheckpointError, TokenizerError) as e:
         print(f"convert_mdlm: error: {e}", file=sys.stderr)
         return 2
-    print(f"written: {out}")
+    ema = json.loads((out / "config.json").read_text(encoding="utf-8")).get("ema_weights")
+    print(f"written: {out} ({'EMA' if ema else 'the file'}'s weights)")
     return 0
 
 
