@@ -3,6 +3,7 @@
 import json
 import os
 import sys
+from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing here may reach a model hub
 
@@ -53,7 +54,7 @@ def _inputs(vocab_size, seed=0):
 def test_export_writes_the_hf_layout_and_seqdiff_reloads_it_exactly(runs, exported):
     out = exported["mdlm"]
     assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors", "modeling_seqdiff.py",
-                                                     "tokenizer_config.json"]
+                                                     "tokenizer.json", "tokenizer_config.json"]
     config = json.loads((out / "config.json").read_text())
     assert config["model_type"] == "seqdiff" and config["architectures"] == ["SeqDiffForMaskedLM"]
     assert config["ema_weights"] is True and config["step"] == 3
@@ -207,3 +208,16 @@ def test_failed_export_leaves_nothing_behind(runs, tmp_path, monkeypatch):
     assert list(tmp_path.iterdir()) == []
     with pytest.raises(ExportError, match="holds the checkpoint"):
         export_checkpoint(runs / "mdlm", runs, overwrite=True)
+
+
+def test_auto_tokenizer_loads_the_exported_directory(runs, exported):
+    from transformers import AutoTokenizer
+
+    from seqdiff.checkpoint import load_checkpoint
+
+    for method in ("mdlm", "ar"):
+        hf = AutoTokenizer.from_pretrained(str(exported[method]))
+        tok = load_checkpoint(exported[method]).tokenizer
+        text = Path(FIXTURE).read_text()[:5_000]
+        assert hf(text)["input_ids"] == tok.encode(text).tolist()
+        assert hf.mask_token_id == tok.mask_id and hf.model_max_length == 32

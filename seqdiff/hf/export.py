@@ -4,7 +4,10 @@
       config.json            SeqDiffConfig (model_type "seqdiff"): seqdiff's model and method configs, the
                              tokenizer's special ids, seq_len, architectures and auto_map
       model.safetensors      the backbone's weights (EMA weights by default), keys "backbone.<DiT name>"
-      tokenizer_config.json  seqdiff's tokenizer (Tokenizer.save_pretrained; vocabulary included)
+      tokenizer_config.json  seqdiff's tokenizer (Tokenizer.save_pretrained; vocabulary included) plus the keys
+                             transformers reads (tokenizer_class PreTrainedTokenizerFast, special tokens)
+      tokenizer.json         the same tokenizer for `AutoTokenizer.from_pretrained(OUT_DIR)` (same ids;
+                             seqdiff.hf.tokenizer_json)
       modeling_seqdiff.py    a two-line module re-exporting seqdiff.hf.modeling, for trust_remote_code
 
 Three ways to load it, all offline:
@@ -45,6 +48,7 @@ from seqdiff.checkpoint import (
     resolve_checkpoint_path,
 )
 from seqdiff.config import DataConfig, MethodConfig, ModelConfig, to_dict
+from seqdiff.hf.tokenizer_json import write_hf_tokenizer
 from seqdiff.tokenizers.base import Tokenizer
 
 MODELING_FILE = "modeling_seqdiff.py"
@@ -140,6 +144,7 @@ def write_export(out_dir: str | Path, state_dict: dict[str, torch.Tensor], model
         tensors = {f"backbone.{k}": v.detach().to("cpu", copy=True).contiguous() for k, v in state_dict.items()}
         save_file(tensors, str(tmp / EXPORT_WEIGHTS), metadata={"format": "pt"})
         tokenizer.save_pretrained(tmp)
+        write_hf_tokenizer(tokenizer, tmp, model_max_length=seq_len)  # AutoTokenizer loads the directory
         (tmp / MODELING_FILE).write_text(MODELING_SHIM)
         _move_into_place(tmp, out)
     except BaseException:
