@@ -40,9 +40,10 @@ import yaml
 
 from pipelines.quickstart import _run_state, _train_or_reuse
 from seqdiff.checkpoint import load_checkpoint
-from seqdiff.config import ConfigError, RunConfig, SampleConfig, from_dict, load_run_config, to_dict
+from seqdiff.config import RunConfig, SampleConfig, from_dict, load_run_config, to_dict
 from seqdiff.data.text import split_path, tokenize_file
 from seqdiff.data.text_files import read_text_file
+from seqdiff.errors import SeqdiffError
 from seqdiff.evaluation.generate import generate, save_figure_atomically, write_atomically
 from seqdiff.evaluation.likelihood import evaluate_tokens
 from seqdiff.samplers import DEFAULT_SAMPLER
@@ -80,7 +81,7 @@ class Options:
     """FASTA data: score this many evenly spaced test tiles (None: all)."""
 
 
-class CompareError(ValueError):
+class CompareError(SeqdiffError):
     """A bad method name or a run directory that holds a different recipe."""
 
 
@@ -389,12 +390,10 @@ def parse_args(argv: list[str] | None) -> Options:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from seqdiff.cli import _user_errors
-
     argv = sys.argv[1:] if argv is None else argv
     try:
         run(parse_args(argv), "python -m pipelines.compare_methods " + shlex.join(argv))
-    except (CompareError, ConfigError, *_user_errors()) as e:
+    except (CompareError, SeqdiffError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     return 0

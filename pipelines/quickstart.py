@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from seqdiff.checkpoint import load_checkpoint, read_checkpoint
-from seqdiff.config import DataConfig, MethodConfig, ModelConfig, RunConfig, SampleConfig, TrainConfig
+from seqdiff.config import ConfigError, DataConfig, MethodConfig, ModelConfig, RunConfig, SampleConfig, TrainConfig
 from seqdiff.data.text import split_path, tokenize_file
 from seqdiff.data.text_files import load_manifest
 from seqdiff.evaluation.generate import generate, save_figure_atomically, write_atomically
@@ -92,7 +92,7 @@ def run_quickstart(out_dir: str | Path = "reports/quickstart", run_root: str | P
     base = QUICKSTART
     if max_steps is not None:
         if max_steps < 1:
-            raise ValueError(f"--max-steps must be >= 1, got {max_steps}")
+            raise ConfigError(f"--max-steps must be >= 1, got {max_steps}")
         base = dataclasses.replace(base, train=dataclasses.replace(
             base.train, max_steps=max_steps, warmup_steps=min(base.train.warmup_steps, max_steps),
             val_every=min(base.train.val_every, max_steps), log_every=min(base.train.log_every, max_steps),

@@ -13,6 +13,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from seqdiff.errors import SeqdiffError
+
 
 def sample_categorical(probs: Tensor, generator: torch.Generator | None = None) -> Tensor:
     """Draw one index per row of `probs` (..., V), which need not be normalized. Returns (...) long."""
@@ -28,7 +30,7 @@ def top_p_filter(probs: Tensor, top_p: float = 1.0) -> Tensor:
     `top_p`, renormalized; everything else gets zero. Rows need not be normalized (mass is relative to the
     row sum). Ties are broken toward the lower token id. top_p = 1 returns `probs` unchanged."""
     if not 0.0 < top_p <= 1.0:
-        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+        raise SeqdiffError(f"top_p must be in (0, 1], got {top_p}")
     probs = probs.to(torch.float64)
     if top_p == 1.0:
         return probs
@@ -48,7 +50,7 @@ def probs_from_logits(logits: Tensor, temperature: float = 1.0, top_p: float = 1
     nucleus filter when top_p < 1."""
     logits = logits.to(torch.float64)
     if temperature < 0:
-        raise ValueError(f"temperature must be >= 0, got {temperature}")
+        raise SeqdiffError(f"temperature must be >= 0, got {temperature}")
     if temperature == 0:
         return torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).to(torch.float64)
     return top_p_filter(torch.softmax(logits / temperature, dim=-1), top_p)

@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from seqdiff.config import ConfigError, DataConfig, MethodConfig, ModelConfig, from_dict
+from seqdiff.errors import SeqdiffError
 from seqdiff.methods import METHODS, Method, build_model
 from seqdiff.tokenizers import Tokenizer, load_tokenizer, tokenizer_from_dict
 
@@ -33,7 +34,7 @@ EXPORT_WEIGHTS = "model.safetensors"
 EXPORT_MODEL_TYPE = "seqdiff"
 
 
-class CheckpointError(ValueError):
+class CheckpointError(SeqdiffError):
     """A checkpoint that is missing, unreadable, not from seqdiff, or inconsistent with its tokenizer."""
 
 

@@ -1,7 +1,8 @@
 """The `seqdiff` command: train, eval, sample, probe, quickstart, bench, config.
 
-Every user error (a bad file, key, value, checkpoint or sampler) ends in one line on stderr naming what is
-wrong and exit status 2; nothing is written under a final name unless it is complete.
+Every user error (a bad file, key, value, checkpoint or sampler: a `seqdiff.errors.SeqdiffError`) ends in one
+line on stderr naming what is wrong and exit status 2; any other exception is a bug and keeps its traceback.
+Nothing is written under a final name unless it is complete.
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ import json
 import sys
 from pathlib import Path
 
-from seqdiff.config import RunConfig, field_help
+from seqdiff.config import ConfigError, RunConfig, field_help
+from seqdiff.errors import SeqdiffError
 
 
 def _config_keys_help() -> str:
@@ -26,22 +28,6 @@ def _config_keys_help() -> str:
         for f in dataclasses.fields(cls):
             lines.append(f"  {section.name}.{f.name:<22} {docs.get(f.name, '')}")
     return "\n".join(lines)
-
-
-def _user_errors() -> tuple[type[BaseException], ...]:
-    from seqdiff.checkpoint import CheckpointError
-    from seqdiff.config import ConfigError
-    from seqdiff.data.fetch import FetchError
-    from seqdiff.data.genome import GenomeError
-    from seqdiff.data.text_files import DataFileError
-    from seqdiff.hf.export import ExportError
-    from seqdiff.probes.data import ProbeError
-    from seqdiff.samplers import SamplerError
-    from seqdiff.tokenizers import TokenizerError
-    from seqdiff.training.run import RunError
-
-    return (ConfigError, DataFileError, CheckpointError, SamplerError, TokenizerError, RunError, FetchError,
-            GenomeError, ExportError, ProbeError)
 
 
 # ---------------------------------------------------------------------------------------------- train
@@ -78,7 +64,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if not sources:  # the run's own corpus split, read by the run's own data module
         data_config = model.data_config
         if data_config is None:
-            raise ValueError("this checkpoint records no corpus; pass --data FILE or --dataset NAME")
+            raise ConfigError("this checkpoint records no corpus; pass --data FILE or --dataset NAME")
         data_config.eval_batch_size = args.batch_size
         loader = build_data_module(data_config, model.tokenizer).eval_dataloader(args.split)
         report = evaluate_batches(model, loader, **options)
@@ -503,10 +489,7 @@ def main(argv: list[str] | None = None) -> int:
     args.argv = argv  # reports name the exact command that wrote them
     try:
         return args.func(args)
-    except _user_errors() as e:
-        print(f"seqdiff {args.command}: error: {e}", file=sys.stderr)
-        return 2
-    except ValueError as e:  # invalid numbers given on the command line
+    except SeqdiffError as e:  # a user error: one line; anything else is a bug and keeps its traceback
         print(f"seqdiff {args.command}: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -23,8 +23,10 @@ from typing import Any, Literal
 
 import yaml
 
+from seqdiff.errors import SeqdiffError
 
-class ConfigError(ValueError):
+
+class ConfigError(SeqdiffError):
     """A recipe or override names an unknown key or an invalid value."""
 
 

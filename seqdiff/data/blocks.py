@@ -20,6 +20,8 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
+from seqdiff.errors import SeqdiffError
+
 
 def step_generator(seed: int, step: int) -> torch.Generator:
     """A generator whose state depends only on (seed, step)."""
@@ -29,7 +31,7 @@ def step_generator(seed: int, step: int) -> torch.Generator:
 def rank_slice(global_batch: int, rank: int, world_size: int) -> slice:
     """The rows of a global batch that process `rank` of `world_size` trains on."""
     if global_batch % world_size != 0:
-        raise ValueError(f"data.batch_size={global_batch} (the global batch) does not divide by the "
+        raise SeqdiffError(f"data.batch_size={global_batch} (the global batch) does not divide by the "
                          f"{world_size} training processes")
     per_rank = global_batch // world_size
     return slice(rank * per_rank, (rank + 1) * per_rank)
@@ -66,7 +68,7 @@ class RandomWindowBatches(StepIndexedBatches):
     def __init__(self, tokens: np.ndarray, seq_len: int, batch_size: int, seed: int, start_step: int = 0,
                  rank: int = 0, world_size: int = 1):
         if len(tokens) < seq_len:
-            raise ValueError(f"the training split has {len(tokens)} tokens, fewer than data.seq_len={seq_len}")
+            raise SeqdiffError(f"the training split has {len(tokens)} tokens, fewer than data.seq_len={seq_len}")
         self.tokens = torch.from_numpy(np.ascontiguousarray(tokens, dtype=np.int64))
         self.seq_len, self.batch_size, self.seed, self.start_step = seq_len, batch_size, seed, start_step
         self.rows = rank_slice(batch_size, rank, world_size)
@@ -119,7 +121,7 @@ def pack_wrapped(documents: list[np.ndarray], seq_len: int, bos_id: int, eos_id:
     padded after its EOS. Concatenating `blocks[i, 1:lengths[i] - 1]` gives back the joined stream.
     """
     if seq_len < 3:
-        raise ValueError(f"wrapped blocks need seq_len >= 3, got {seq_len}")
+        raise SeqdiffError(f"wrapped blocks need seq_len >= 3, got {seq_len}")
     eos = np.array([eos_id], dtype=np.int32)
     parts = [p for doc in documents for p in (np.asarray(doc, dtype=np.int32), eos)]
     stream = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int32)
@@ -145,7 +147,7 @@ def pack_padded(documents: list[np.ndarray], seq_len: int, bos_id: int, eos_id: 
     Returns (blocks (N, L) int32, lengths (N,) int32 real tokens per row, number of truncated documents).
     """
     if seq_len < 3:
-        raise ValueError(f"padded blocks need seq_len >= 3, got {seq_len}")
+        raise SeqdiffError(f"padded blocks need seq_len >= 3, got {seq_len}")
     blocks = np.full((len(documents), seq_len), pad_id, dtype=np.int32)
     lengths = np.zeros(len(documents), dtype=np.int32)
     truncated = 0
@@ -178,7 +180,7 @@ class RandomBlockBatches(StepIndexedBatches):
     def __init__(self, blocks: np.ndarray, lengths: np.ndarray, batch_size: int, seed: int, start_step: int = 0,
                  rank: int = 0, world_size: int = 1):
         if len(blocks) == 0:
-            raise ValueError("the training split has no blocks (no non-empty documents?)")
+            raise SeqdiffError("the training split has no blocks (no non-empty documents?)")
         if len(lengths) != len(blocks):
             raise ValueError("lengths must have one entry per block")
         self.blocks, self.lengths = blocks, lengths

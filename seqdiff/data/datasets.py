@@ -29,13 +29,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from seqdiff.errors import SeqdiffError
+
 SPLITS = ("train", "valid", "test")
 OFFLINE_HINT = ("to train or evaluate offline, point at local files instead: data.corpus=/folder holding "
                 "train / valid / test files (.txt, .txt.gz, .jsonl or .parquet with a 'text' column), or "
                 "data.train_file / data.valid_file / data.test_file")
 
 
-class DatasetError(ValueError):
+class DatasetError(SeqdiffError):
     """An unknown dataset name, a dataset that cannot be loaded, or a local corpus not fetched yet."""
 
 

@@ -43,6 +43,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from seqdiff.errors import SeqdiffError
+
 DATA_DIR_ENV = "SEQDIFF_DATA"
 MANIFEST_NAME = "SOURCE.json"
 DOWNLOAD_TIMEOUT_S = 3600
@@ -50,7 +52,7 @@ DOWNLOAD_TIMEOUT_S = 3600
 Client = Literal["apt", "pip", "npm"]
 
 
-class FetchError(ValueError):
+class FetchError(SeqdiffError):
     """A source that cannot be fetched: unknown name, missing client, failed download or wrong checksum."""
 
 

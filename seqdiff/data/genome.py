@@ -42,6 +42,7 @@ import torch
 from torch.utils.data import Dataset
 
 from seqdiff.data.blocks import StepIndexedBatches, step_generator
+from seqdiff.errors import SeqdiffError
 from seqdiff.tokenizers.nucleotide import IUPAC_AMBIGUOUS, NucleotideTokenizer
 
 log = logging.getLogger(__name__)
@@ -62,7 +63,7 @@ _LOWER[ord("a"): ord("z") + 1] = True
 _IUPAC_REPORTED: set[str] = set()  # files whose IUPAC codes this process has already reported
 
 
-class GenomeError(ValueError):
+class GenomeError(SeqdiffError):
     """A FASTA / BED / index that cannot be used; the message names the file, record and position."""
 
 

@@ -17,6 +17,8 @@ import zlib
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+from seqdiff.errors import SeqdiffError
+
 _CORPORA_DIR = Path(__file__).resolve().parent / "corpora"
 
 BUILTIN_CORPORA: dict[str, Path] = {
@@ -29,7 +31,7 @@ SPLIT_FILE_PATTERNS = ("{split}.txt", "{split}.txt.gz", "{split}.jsonl", "{split
 MANIFEST_NAME = "manifest.json"
 
 
-class DataFileError(ValueError):
+class DataFileError(SeqdiffError):
     """A data file is missing, unreadable or malformed; the message names the file and the problem."""
 
 
@@ -90,7 +92,7 @@ def split_documents(lines: Iterable[str], documents: str = "paragraphs") -> Iter
     lines between blank lines (only spaces / tabs), joined by "\\n" (`"paragraphs"`). Lazy, so that the
     streaming tokenizer (seqdiff.data.streaming) and `read_documents` share one definition."""
     if documents not in ("paragraphs", "lines"):
-        raise ValueError(f"data.documents={documents!r} is unknown; choose 'paragraphs' or 'lines'")
+        raise DataFileError(f"data.documents={documents!r} is unknown; choose 'paragraphs' or 'lines'")
     if documents == "lines":
         yield from (line for line in lines if line.strip())
         return

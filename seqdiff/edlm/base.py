@@ -22,8 +22,10 @@ from typing import ClassVar
 import torch
 from torch import Tensor
 
+from seqdiff.errors import SeqdiffError
 
-class EnergyError(ValueError):
+
+class EnergyError(SeqdiffError):
     """An energy that cannot be built or used with this model (unknown kind, unreadable file, vocab mismatch)."""
 
 

@@ -9,6 +9,8 @@ import argparse
 import json
 from pathlib import Path
 
+from seqdiff.edlm.base import EnergyError
+
 
 def _data_tokens(args, model):
     from seqdiff.data.text import split_path
@@ -19,7 +21,7 @@ def _data_tokens(args, model):
     elif model.data_config is not None and model.data_config.kind == "text":
         path = split_path(model.data_config, args.split)
     else:
-        raise ValueError("this checkpoint records no text corpus; pass --data FILE")
+        raise EnergyError("this checkpoint records no text corpus; pass --data FILE")
     tokens, loss_mask = file_tokens(path, model.tokenizer)
     return path, tokens, loss_mask
 
@@ -62,7 +64,7 @@ def cmd_edlm_train_nce(args: argparse.Namespace) -> int:
 
     mdlm = load_checkpoint(args.checkpoint, device=args.device, use_ema=not args.no_ema)
     if mdlm.method.name != "mdlm":
-        raise ValueError(f"{mdlm.path} is a {mdlm.method.name!r} model; NCE trains an energy for an MDLM")
+        raise EnergyError(f"{mdlm.path} is a {mdlm.method.name!r} model; NCE trains an energy for an MDLM")
     _, tokens, _ = _data_tokens(args, mdlm)
     cfg = NCEConfig(steps=args.steps, batch_size=args.batch_size, lr=args.lr, warmup_steps=args.warmup_steps,
                     seed=args.seed)

@@ -35,7 +35,7 @@ import torch
 from torch import Tensor, nn
 
 from seqdiff.categorical import probs_from_logits
-from seqdiff.edlm.base import Energy, draw_candidates, masked_log_mu
+from seqdiff.edlm.base import Energy, EnergyError, draw_candidates, masked_log_mu
 from seqdiff.edlm.partition import log_mean_exp, log_partition_estimates
 from seqdiff.methods.base import Batch, Method, MethodOutput
 from seqdiff.methods.mdlm import MDLM
@@ -52,12 +52,12 @@ class EDLMBound(Method):
     def __init__(self, mdlm: MDLM, energy: Energy, num_partition_samples: int = 8,
                  form: Literal["marginal", "sequence"] = "marginal"):
         if not mdlm.subs:
-            raise ValueError("EDLM needs a SUBS MDLM (method.subs: true): mu must carry unmasked tokens over")
+            raise EnergyError("EDLM needs a SUBS MDLM (method.subs: true): mu must carry unmasked tokens over")
         if form not in FORMS:
-            raise ValueError(f"bound form {form!r} is unknown; choose one of {list(FORMS)}")
+            raise EnergyError(f"bound form {form!r} is unknown; choose one of {list(FORMS)}")
         needs_z = not energy.self_normalized
         if (needs_z and num_partition_samples < 2) or num_partition_samples < 1:
-            raise ValueError(f"num_partition_samples must be >= {2 if needs_z else 1} for the {energy.name!r} "
+            raise EnergyError(f"num_partition_samples must be >= {2 if needs_z else 1} for the {energy.name!r} "
                              f"energy, got {num_partition_samples}")
         self.__dict__.update(mdlm.__dict__)  # vocabulary and special ids, schedule, config
         self.mdlm, self.energy, self.n, self.form = mdlm, energy, num_partition_samples, form

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from seqdiff.checkpoint import LoadedModel
-from seqdiff.edlm.base import draw_candidates
+from seqdiff.edlm.base import EnergyError, draw_candidates
 from seqdiff.edlm.nce_energy import EnergyNet, nce_loss, save_energy_net
 
 
@@ -47,7 +47,7 @@ class NCEConfig:
 def random_windows(tokens: np.ndarray, seq_len: int, batch_size: int, generator: torch.Generator) -> torch.Tensor:
     """(batch_size, seq_len) long: windows of the token stream at random offsets."""
     if len(tokens) < seq_len:
-        raise ValueError(f"the training text has {len(tokens)} tokens, fewer than one block of {seq_len}")
+        raise EnergyError(f"the training text has {len(tokens)} tokens, fewer than one block of {seq_len}")
     starts = torch.randint(0, len(tokens) - seq_len + 1, (batch_size,), generator=generator)
     stream = torch.as_tensor(np.asarray(tokens), dtype=torch.long)
     return torch.stack([stream[s : s + seq_len] for s in starts.tolist()])

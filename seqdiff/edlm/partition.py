@@ -21,6 +21,8 @@ import math
 import torch
 from torch import Tensor
 
+from seqdiff.errors import SeqdiffError
+
 
 def log_mean_exp(log_w: Tensor, dim: int = -1) -> Tensor:
     return torch.logsumexp(log_w, dim=dim) - math.log(log_w.shape[dim])
@@ -38,7 +40,7 @@ def log_partition_estimates(log_w: Tensor) -> tuple[Tensor, Tensor]:
     """(plain log Z_n, corrected (2n-1) log Z_n - 2(n-1) mean_j log Z_{n-1}^(-j)) from log-weights (..., n)."""
     n = log_w.shape[-1]
     if n < 2:
-        raise ValueError(f"the corrected log-partition estimate needs n >= 2 draws, got {n}")
+        raise SeqdiffError(f"the corrected log-partition estimate needs n >= 2 draws, got {n}")
     log_w = log_w.double()
     plain = log_mean_exp(log_w)
     loo = leave_one_out_log_mean_exp(log_w).mean(-1)

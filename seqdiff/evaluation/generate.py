@@ -144,7 +144,7 @@ def generate(model: LoadedModel, cfg: SampleConfig, progress: bool = False,
     blocks of the training length, overlapping by `cfg.overlap` tokens (default: half a block).
     `sampler_options` go to samplers that take more than the config (edlm: energy, k, window)."""
     if cfg.num_samples < 1 or cfg.batch_size < 1:
-        raise ValueError("sample.num_samples and sample.batch_size must be >= 1")
+        raise SamplerError("sample.num_samples and sample.batch_size must be >= 1")
     seq_len = cfg.seq_len or (given.shape[-1] if given is not None else model.seq_len)
     sampler = build_sampler(cfg.sampler, model.method, model.backbone, steps=cfg.steps,
                             temperature=cfg.temperature, top_p=cfg.top_p, **(sampler_options or {}))

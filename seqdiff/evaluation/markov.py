@@ -19,6 +19,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from seqdiff.errors import SeqdiffError
+
 ALPHABET = 4  # A, C, G, T are ids 0..3 in the nucleotide tokenizer; anything else is N
 
 
@@ -59,7 +61,7 @@ class MarkovChain:
 
     def __post_init__(self):
         if self.order < 0 or self.alpha <= 0:
-            raise ValueError(f"order must be >= 0 and alpha > 0, got order={self.order}, alpha={self.alpha}")
+            raise SeqdiffError(f"order must be >= 0 and alpha > 0, got order={self.order}, alpha={self.alpha}")
         self.counts = [np.zeros(ALPHABET ** (o + 1), dtype=np.int64) for o in range(self.order + 1)]
 
     def fit(self, segments: Sequence[np.ndarray]) -> MarkovChain:

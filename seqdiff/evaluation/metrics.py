@@ -28,6 +28,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from seqdiff.errors import SeqdiffError
+
 DNA = "ACGT"
 
 
@@ -96,7 +98,7 @@ def kmer_distance(a: str, b: str, k: int, kind: str = "tv") -> float:
     "js" (Jensen-Shannon divergence in nats, in [0, ln 2])."""
     p, q = kmer_spectrum(a, k), kmer_spectrum(b, k)
     if p.sum() == 0 or q.sum() == 0:
-        raise ValueError(f"a sequence has no {k}-mer over ACGT")
+        raise SeqdiffError(f"a sequence has no {k}-mer over ACGT")
     p, q = p / p.sum(), q / q.sum()
     if kind == "tv":
         return float(0.5 * (p - q).abs().sum())
@@ -108,7 +110,7 @@ def kmer_distance(a: str, b: str, k: int, kind: str = "tv") -> float:
             return (x[nz] * (x[nz] / m[nz]).log()).sum()
 
         return float(0.5 * kl(p) + 0.5 * kl(q))
-    raise ValueError(f"kind={kind!r} is not allowed; choose one of ['tv', 'js']")
+    raise SeqdiffError(f"kind={kind!r} is not allowed; choose one of ['tv', 'js']")
 
 
 def dna_metrics(samples: Sequence[str], reference: str | None = None, ks: Sequence[int] = range(1, 7)
@@ -138,7 +140,7 @@ class Oracle:
         """Generative perplexity, token-weighted over all samples: exp(total NLL / total tokens)."""
         total, n = self.nll(texts)
         if n == 0:
-            raise ValueError("the samples hold no token for the oracle to score")
+            raise SeqdiffError("the samples hold no token for the oracle to score")
         return math.exp(total / n)
 
 
@@ -148,7 +150,7 @@ class SeqdiffAROracle(Oracle):
 
     def __init__(self, model):
         if model.method.name != "ar":
-            raise ValueError(f"the oracle {model.path} is a {model.method.name!r} model; it must be autoregressive")
+            raise SeqdiffError(f"the oracle {model.path} is a {model.method.name!r} model; it must be autoregressive")
         self.model = model
 
     @torch.no_grad()
@@ -209,7 +211,7 @@ def load_oracle(path: str | Path, device: str = "cpu") -> Oracle:
     except Exception as seqdiff_error:
         if path.is_dir() and (path / "config.json").exists():
             return HFOracle(path, device)
-        raise ValueError(f"oracle {path} is neither a seqdiff AR checkpoint nor a Hugging Face causal LM "
+        raise SeqdiffError(f"oracle {path} is neither a seqdiff AR checkpoint nor a Hugging Face causal LM "
                          f"directory ({seqdiff_error})") from seqdiff_error
     return SeqdiffAROracle(model)
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
+from seqdiff.probes.data import ProbeError
+
 EMBEDDING_DIM = 100
 CHANNELS = (16, 8, 4)
 KERNEL = 8
@@ -48,6 +50,6 @@ def flatten_size(input_len: int) -> int:
     for _ in CHANNELS:
         length = (length - KERNEL + 1) // 2
     if length < 1:
-        raise ValueError(f"input length {input_len} is too short for the CNN baseline (needs at least 57)")
+        raise ProbeError(f"input length {input_len} is too short for the CNN baseline (needs at least 57)")
     return CHANNELS[-1] * length
 

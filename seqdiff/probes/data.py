@@ -16,10 +16,11 @@ from pathlib import Path
 
 import numpy as np
 
+from seqdiff.errors import SeqdiffError
 from seqdiff.tokenizers.nucleotide import BASES, IUPAC_AMBIGUOUS
 
 
-class ProbeError(ValueError):
+class ProbeError(SeqdiffError):
     """A benchmark, dataset file or checkpoint that the probes cannot use; the message names it and why."""
 
 

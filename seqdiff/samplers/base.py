@@ -13,10 +13,11 @@ from typing import ClassVar
 import torch
 from torch import Tensor, nn
 
+from seqdiff.errors import SeqdiffError
 from seqdiff.methods.base import Method
 
 
-class SamplerError(ValueError):
+class SamplerError(SeqdiffError):
     """A sampler that cannot be used with this checkpoint (method or conditioning mismatch)."""
 
 

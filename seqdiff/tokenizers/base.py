@@ -15,11 +15,13 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from seqdiff.errors import SeqdiffError
+
 SPECIAL_TOKENS = ("[BOS]", "[EOS]", "[PAD]", "[MASK]")
 TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
 
 
-class TokenizerError(ValueError):
+class TokenizerError(SeqdiffError):
     """Text that a tokenizer cannot encode, or a saved tokenizer that cannot be read."""
 
 

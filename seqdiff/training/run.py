@@ -35,6 +35,7 @@ from seqdiff.backbones import BLOCKS, load_pretrained, pretrained_model_config
 from seqdiff.checkpoint import CheckpointError, latest_readable_checkpoint, step_checkpoints
 from seqdiff.config import RunConfig, TrainConfig, to_dict
 from seqdiff.data import build_data_module
+from seqdiff.errors import SeqdiffError
 from seqdiff.methods import build_model
 from seqdiff.tokenizers import build_tokenizer
 from seqdiff.training.csv_log import ResumableCSVLogger
@@ -47,7 +48,7 @@ SEQDIFF_STRATEGIES = {"fsdp2": FSDP2Strategy}
 """train.strategy names that seqdiff builds itself; every other name goes to Lightning's registry."""
 
 
-class RunError(ValueError):
+class RunError(SeqdiffError):
     """A run directory that cannot be started or resumed as asked."""
 
 
