@@ -118,7 +118,7 @@ def cmd_sample(args: argparse.Namespace) -> int:
         length_distribution,
         write_atomically,
     )
-    from seqdiff.samplers import SamplerError
+    from seqdiff.samplers import SAMPLERS, SamplerError
 
     if args.length is not None and args.seq_len is not None and args.length != args.seq_len:
         raise SamplerError("--length and --seq-len disagree; give one of them")
@@ -196,7 +196,7 @@ def cmd_sample(args: argparse.Namespace) -> int:
             print(f"  {key:<28} {value:.4f}" if isinstance(value, float) else f"  {key:<28} {value}")
     n_tok = sum(len(t) for t in gen.tokens)
     print(f"{len(gen.tokens)} samples, {n_tok / gen.seconds:.1f} tokens/s, {gen.denoiser_calls} denoiser calls "
-          f"({gen.sampler} sampler)", file=sys.stderr)
+          f"({gen.sampler} sampler, {SAMPLERS[gen.sampler].kind()})", file=sys.stderr)
     if gen.stats:
         print("sampler: " + ", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
                                       for k, v in gen.stats.items()), file=sys.stderr)
