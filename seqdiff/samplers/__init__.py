@@ -8,6 +8,7 @@ from seqdiff.samplers.d3pm_ancestral import D3PMAncestralSampler
 from seqdiff.samplers.edlm_importance import EDLMImportanceSampler
 from seqdiff.samplers.mdlm_ancestral import MDLMAncestralSampler
 from seqdiff.samplers.mdlm_cached import MDLMCachedSampler
+from seqdiff.samplers.mdlm_first_hitting import MDLMFirstHittingSampler
 from seqdiff.samplers.mdlm_semi_ar import generate_semi_ar
 from seqdiff.samplers.sedd_analytic import SEDDAnalyticSampler
 from seqdiff.samplers.sedd_euler import SEDDEulerSampler
@@ -17,6 +18,7 @@ SAMPLERS: dict[str, type[Sampler]] = {
     for cls in (MDLMAncestralSampler, MDLMCachedSampler, ARSampler, SEDDAnalyticSampler, SEDDEulerSampler,
                 D3PMAncestralSampler, EDLMImportanceSampler)
 }
+SAMPLERS[MDLMFirstHittingSampler.name] = MDLMFirstHittingSampler
 
 DEFAULT_SAMPLER = {"mdlm": "cached", "ar": "ar", "sedd": "analytic", "d3pm": "d3pm"}
 
@@ -35,5 +37,5 @@ def build_sampler(name: str | None, method, backbone, steps: int, temperature: f
 
 __all__ = ["DEFAULT_SAMPLER", "SAMPLERS", "ARSampler", "D3PMAncestralSampler", "EDLMImportanceSampler",
            "MDLMAncestralSampler",
-           "MDLMCachedSampler", "SEDDAnalyticSampler", "SEDDEulerSampler", "SampleOutput", "Sampler", "SamplerError",
+           "MDLMCachedSampler", "MDLMFirstHittingSampler", "SEDDAnalyticSampler", "SEDDEulerSampler", "SampleOutput", "Sampler", "SamplerError",
            "build_sampler", "generate_semi_ar"]
