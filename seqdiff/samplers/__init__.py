@@ -10,6 +10,7 @@ from seqdiff.samplers.mdlm_ancestral import MDLMAncestralSampler
 from seqdiff.samplers.mdlm_cached import MDLMCachedSampler
 from seqdiff.samplers.mdlm_first_hitting import MDLMFirstHittingSampler
 from seqdiff.samplers.mdlm_semi_ar import generate_semi_ar
+from seqdiff.samplers.remdm import ReMDMSampler
 from seqdiff.samplers.sedd_analytic import SEDDAnalyticSampler
 from seqdiff.samplers.sedd_euler import SEDDEulerSampler
 
@@ -19,6 +20,7 @@ SAMPLERS: dict[str, type[Sampler]] = {
                 D3PMAncestralSampler, EDLMImportanceSampler)
 }
 SAMPLERS[MDLMFirstHittingSampler.name] = MDLMFirstHittingSampler
+SAMPLERS[ReMDMSampler.name] = ReMDMSampler
 
 DEFAULT_SAMPLER = {"mdlm": "cached", "ar": "ar", "sedd": "analytic", "d3pm": "d3pm"}
 
@@ -37,5 +39,5 @@ def build_sampler(name: str | None, method, backbone, steps: int, temperature: f
 
 __all__ = ["DEFAULT_SAMPLER", "SAMPLERS", "ARSampler", "D3PMAncestralSampler", "EDLMImportanceSampler",
            "MDLMAncestralSampler",
-           "MDLMCachedSampler", "MDLMFirstHittingSampler", "SEDDAnalyticSampler", "SEDDEulerSampler", "SampleOutput", "Sampler", "SamplerError",
+           "MDLMCachedSampler", "MDLMFirstHittingSampler", "ReMDMSampler", "SEDDAnalyticSampler", "SEDDEulerSampler", "SampleOutput", "Sampler", "SamplerError",
            "build_sampler", "generate_semi_ar"]

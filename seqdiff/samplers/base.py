@@ -71,6 +71,12 @@ class Sampler(ABC):
         """'exact' or 'approximate', the label reports print next to the sampler's name."""
         return "exact" if cls.exact else "approximate"
 
+    @classmethod
+    def options_from_config(cls, cfg) -> dict:
+        """Keyword arguments this sampler takes from a SampleConfig beyond steps / temperature / top_p (the
+        sample command and the frontier pass them through; default: none)."""
+        return {}
+
     def check_compatible(self) -> None:
         """Raise SamplerError when this sampler is invalid for the given backbone (default: always valid)."""
         return None
