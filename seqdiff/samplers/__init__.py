@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from seqdiff.samplers.ar_kv import ARSampler
 from seqdiff.samplers.base import SampleOutput, Sampler, SamplerError
+from seqdiff.samplers.confidence import ConfidenceSampler, ThresholdSampler
 from seqdiff.samplers.d3pm_ancestral import D3PMAncestralSampler
 from seqdiff.samplers.edlm_importance import EDLMImportanceSampler
 from seqdiff.samplers.mdlm_ancestral import MDLMAncestralSampler
@@ -21,6 +22,8 @@ SAMPLERS: dict[str, type[Sampler]] = {
 }
 SAMPLERS[MDLMFirstHittingSampler.name] = MDLMFirstHittingSampler
 SAMPLERS[ReMDMSampler.name] = ReMDMSampler
+SAMPLERS[ConfidenceSampler.name] = ConfidenceSampler
+SAMPLERS[ThresholdSampler.name] = ThresholdSampler
 
 DEFAULT_SAMPLER = {"mdlm": "cached", "ar": "ar", "sedd": "analytic", "d3pm": "d3pm"}
 
@@ -37,7 +40,7 @@ def build_sampler(name: str | None, method, backbone, steps: int, temperature: f
     return SAMPLERS[name](method, backbone, steps=steps, temperature=temperature, top_p=top_p, **options)
 
 
-__all__ = ["DEFAULT_SAMPLER", "SAMPLERS", "ARSampler", "D3PMAncestralSampler", "EDLMImportanceSampler",
+__all__ = ["DEFAULT_SAMPLER", "SAMPLERS", "ARSampler", "ConfidenceSampler", "D3PMAncestralSampler", "EDLMImportanceSampler",
            "MDLMAncestralSampler",
-           "MDLMCachedSampler", "MDLMFirstHittingSampler", "ReMDMSampler", "SEDDAnalyticSampler", "SEDDEulerSampler", "SampleOutput", "Sampler", "SamplerError",
+           "MDLMCachedSampler", "MDLMFirstHittingSampler", "ReMDMSampler", "SEDDAnalyticSampler", "SEDDEulerSampler", "SampleOutput", "Sampler", "SamplerError", "ThresholdSampler",
            "build_sampler", "generate_semi_ar"]
