@@ -36,6 +36,8 @@ class Sampler(ABC):
     """Method names this sampler can drive."""
     supports_top_p: ClassVar[bool] = False
     """Whether the sampler draws tokens from an explicit categorical that nucleus filtering applies to."""
+    uses_steps: ClassVar[bool] = True
+    """Whether `steps` sets the cost (False: one call per token or data-dependent, e.g. AR, first-hitting)."""
     exact: ClassVar[bool]
     """True when the sampler draws from the model's own reverse process (at temperature 1, top_p 1), so an exact
     denoiser reproduces the data distribution; False for approximations (tau-leaping, importance sampling with

@@ -102,6 +102,7 @@ class ConfidenceSampler(MDLMAncestralSampler):
 
 class ThresholdSampler(ConfidenceSampler):
     name = "threshold"
+    uses_steps = False
     exact = False
 
     def __init__(self, method, backbone, steps: int = 1, temperature: float = 1.0, top_p: float = 1.0,

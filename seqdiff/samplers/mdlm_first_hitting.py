@@ -57,6 +57,7 @@ class MDLMFirstHittingSampler(Sampler):
     name = "first_hitting"
     methods = ("mdlm",)
     supports_top_p = True
+    uses_steps = False
     exact = True  # the continuous-time reverse process itself, no discretization
 
     def check_compatible(self) -> None:
