@@ -72,9 +72,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "coar:AR_RUN or nce:ENERGY.pt)")
     p.add_argument("--edlm-k", type=int, default=2, help="EDLM: candidates per importance step")
     p.add_argument("--edlm-window", type=float, default=0.2, help="EDLM: importance steps for t >= 1 - window")
-    p.add_argument("--remdm-schedule", default="cap", help="ReMDM: remasking schedule (cap, rescale, conf, loop)")
-    p.add_argument("--remdm-eta", type=float, default=0.02, help="ReMDM: remasking strength eta")
-    p.add_argument("--threshold", type=float, default=0.9, help="confidence threshold sampler: tau in (0, 1]")
+    from seqdiff.config import SampleConfig, field_help
+
+    docs = field_help(SampleConfig)
+    for key in ("remdm_schedule", "remdm_eta", "threshold"):
+        p.add_argument("--" + key.replace("_", "-"), type=str if key == "remdm_schedule" else float,
+                       default=getattr(SampleConfig, key), help=docs[key])
     p.add_argument("--steps", default="8,16,32,64,128,256", help="comma-separated step counts (diffusion)")
     p.add_argument("--length", type=int, default=None, help="tokens per sample (default: the models' block length)")
     p.add_argument("--num-samples", type=int, default=16, help="samples per sampler and step count")

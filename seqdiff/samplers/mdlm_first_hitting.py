@@ -69,7 +69,7 @@ class MDLMFirstHittingSampler(Sampler):
         """(B,) float64 times of the next reveal for rows at time t with n masked tokens, and a (B,) bool: the
         reveal falls below t = 0 (only for schedules with alpha(0) < 1; the row goes to noise removal)."""
         schedule = self.method.schedule
-        u = torch.rand(t.shape, generator=generator, device=t.device, dtype=torch.float64)
+        u = 1 - torch.rand(t.shape, generator=generator, device=t.device, dtype=torch.float64)  # (0, 1]: log u finite
         # 1 - alpha_s = (1 - alpha_t) u^(1/n), in log space (u^(1/n) underflows nowhere for n <= L)
         p = schedule.one_minus_alpha(t) * torch.exp(torch.log(u) / n.clamp(min=1).double())
         floor = schedule.one_minus_alpha(torch.zeros_like(t))

@@ -40,15 +40,19 @@ last `generate` call.
 
 from __future__ import annotations
 
+import typing
+
 import torch
 from torch import Tensor
 
 from seqdiff.categorical import sample_categorical
+from seqdiff.config import SampleConfig
 from seqdiff.samplers.base import SampleOutput, SamplerError
 from seqdiff.samplers.mdlm_ancestral import MDLMAncestralSampler
 from seqdiff.samplers.mdlm_first_hitting import time_of_mask_probability
 
-REMDM_SCHEDULES = ("cap", "rescale", "conf", "loop")
+REMDM_SCHEDULES: tuple[str, ...] = typing.get_args(typing.get_type_hints(SampleConfig)["remdm_schedule"])
+"""cap, rescale, conf, loop: the config's Literal is the one list."""
 
 
 def sigma_max(a_t: Tensor, a_s: Tensor) -> Tensor:
