@@ -94,9 +94,8 @@ def build_arms(paths: list[str], device: str, use_ema: bool, edlm: dict[str, Any
                sample_config=None) -> list[Arm]:
     """Every (checkpoint, sampler) pair to run; `edlm` ({"energy": spec, "k", "window"}) adds EDLM on MDLM;
     `sample_config` (a SampleConfig) gives the other samplers' options (ReMDM's schedule and eta, the threshold)."""
-    from seqdiff.config import SampleConfig
-
     from seqdiff.checkpoint import load_checkpoint
+    from seqdiff.config import SampleConfig
     from seqdiff.samplers import SAMPLERS
 
     arms = []
@@ -376,8 +375,8 @@ def markdown(result: dict[str, Any]) -> str:
         lines.append(f"| real text ({ref['what']}) | | | | | | {ref['gen_perplexity']:.2f} | "
                      f"{ref['unigram_entropy_nats']:.3f} | {ref['distinct_4']:.3f} | {ref['repetition_4']:.3f} |")
     lines += ["", "exact: the sampler draws from the model's own reverse process (so an exact denoiser reproduces the "
-              "data); approximate: it trades that for speed or quality (tau-leaping, importance sampling with finite k, "
-              "remasking, confidence-ordered decoding). Samplers whose cost does not depend on a step count "
+              "data); approximate: it trades that for speed or quality (tau-leaping, importance sampling with finite "
+              "k, remasking, confidence-ordered decoding). Samplers whose cost does not depend on a step count "
               "(AR, first-hitting, threshold) are listed at steps = length.", ""]
     lines += ["![frontier vs steps](frontier_vs_steps.png)", "", "![frontier](frontier.png)", "", "## Targets", ""]
     t = result["targets"]

@@ -43,7 +43,7 @@ MODEL_PRESETS: dict[str, dict[str, int]] = {
 @dataclass
 class ModelConfig:
     backbone: str = "dit"
-    """Backbone registry key (seqdiff.backbones.BACKBONES): {registry:backbones}; bert is post-norm and loads BERT weights."""
+    """Backbone registry key (BACKBONES): {registry:backbones}; bert is post-norm and loads BERT weights."""
     preset: str | None = None
     """Size preset that fills hidden_size / n_layers / n_heads: one of MODEL_PRESETS."""
     hidden_size: int = 256
@@ -267,9 +267,9 @@ class TrainConfig:
 @dataclass
 class SampleConfig:
     sampler: str | None = None
-    """Sampler registry key (seqdiff.samplers.SAMPLERS): {registry:samplers}; default: the method's, {registry:default_samplers}."""
+    """Sampler registry key (SAMPLERS): {registry:samplers}; default by method: {registry:default_samplers}."""
     steps: int = 256
-    """Reverse diffusion steps (MDLM)."""
+    """Reverse diffusion steps (MDLM); first_hitting and threshold ignore it (one call per token / as needed)."""
     num_samples: int = 4
     """Sequences to generate."""
     batch_size: int = 4

@@ -47,7 +47,7 @@ def test_one_step_keeps_the_forward_marginals(schedule, eta, t, s):
     oracle = ProductOracle(marginals.float(), V)
     sampler = ReMDMSampler(_mdlm(), oracle, steps=10, schedule=schedule, eta=eta)
     g = torch.Generator().manual_seed(1)
-    x0 = torch.stack([torch.multinomial(marginals[l], N, replacement=True, generator=g) for l in range(L)], -1)
+    x0 = torch.stack([torch.multinomial(marginals[pos], N, replacement=True, generator=g) for pos in range(L)], -1)
     tt, ss = torch.full((N,), t, dtype=torch.float64), torch.full((N,), s, dtype=torch.float64)
     a_t, _, _ = sampler.alphas(tt)
     a_s, _, _ = sampler.alphas(ss)

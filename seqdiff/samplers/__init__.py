@@ -40,7 +40,23 @@ def build_sampler(name: str | None, method, backbone, steps: int, temperature: f
     return SAMPLERS[name](method, backbone, steps=steps, temperature=temperature, top_p=top_p, **options)
 
 
-__all__ = ["DEFAULT_SAMPLER", "SAMPLERS", "ARSampler", "ConfidenceSampler", "D3PMAncestralSampler", "EDLMImportanceSampler",
-           "MDLMAncestralSampler",
-           "MDLMCachedSampler", "MDLMFirstHittingSampler", "ReMDMSampler", "SEDDAnalyticSampler", "SEDDEulerSampler", "SampleOutput", "Sampler", "SamplerError", "ThresholdSampler",
-           "build_sampler", "generate_semi_ar"]
+__all__ = [
+    "DEFAULT_SAMPLER",
+    "SAMPLERS",
+    "ARSampler",
+    "ConfidenceSampler",
+    "D3PMAncestralSampler",
+    "EDLMImportanceSampler",
+    "MDLMAncestralSampler",
+    "MDLMCachedSampler",
+    "MDLMFirstHittingSampler",
+    "ReMDMSampler",
+    "SEDDAnalyticSampler",
+    "SEDDEulerSampler",
+    "SampleOutput",
+    "Sampler",
+    "SamplerError",
+    "ThresholdSampler",
+    "build_sampler",
+    "generate_semi_ar",
+]

@@ -21,7 +21,8 @@ ancestral sampler's draws). The schedules of sigma (`schedule`, with `eta`):
 - conf:     sigma_t^l = eta sigma_max softmax_l(-c_l) over the decoded positions l, c_l = x_theta's
             probability of the token when it was decoded: the least confident tokens are remasked first. Masked
             positions reveal at the MDLM rate (their sigma is 0), as in the reference code (so the marginal
-            identity holds only approximately here: expected remasks per step are at most eta sigma_max).
+            identity holds only approximately here: expected remasks per step are at most eta sigma_max). The
+            reference code's conf has no eta (eta = 1 here).
 - loop:     alpha is remapped: linear from 0 at t = 1 to alpha_on at t_on, held at alpha_on on [t_off, t_on],
             then linear to 1 at t = 0. Outside the band the steps are MDLM steps with that alpha; inside it
             alpha_s = alpha_t = alpha_on and sigma = eta: each step remasks decoded tokens with probability eta and
