@@ -3,10 +3,14 @@
     seqdiff frontier --checkpoint runs/mdlm --checkpoint runs/sedd --checkpoint runs/ar --oracle runs/ar-big \
         --steps 8,16,32,64,128,256 --num-samples 16 --batch-size 1 --out reports/generation
 
-Each checkpoint brings the samplers of its method (`FRONTIER_SAMPLERS`: MDLM uncached ancestral and cached,
-and EDLM importance sampling on the MDLM when an energy is given with --edlm-energy; SEDD analytic; AR with
-its KV cache). Every diffusion sampler runs at every step
-count; AR runs once (one token per forward pass, its step count is the length). For each (sampler, steps):
+Each checkpoint brings the samplers of its method (`FRONTIER_SAMPLERS`: MDLM uncached ancestral, cached and
+first-hitting, ReMDM remasking (--remdm-schedule, --remdm-eta), confidence-ordered top-k and Fast-dLLM's
+threshold (--threshold), and EDLM importance sampling on the MDLM when an energy is given with --edlm-energy;
+SEDD analytic; AR with its KV cache). Every sampler whose cost is set by a step count runs at every step count;
+the others (AR, first-hitting, threshold: `Sampler.uses_steps` false) run once, listed at steps = length. A
+(sampler, steps) pair the sampler refuses (e.g. a ReMDM loop band with no step in it) is skipped with a note.
+Each row carries the sampler's `exact` flag (it draws from the model's own reverse process, or approximates
+it), and the report shows it next to the name. For each (sampler, steps):
 seconds per sample (wall-clock), denoiser calls, generative perplexity under the oracle and the per-sample
 unigram entropy, distinct-n and repetition (seqdiff.evaluation.metrics: one implementation for all jobs).
 Entropy is always reported next to generative perplexity: a low perplexity from collapsed samples is not
@@ -32,13 +36,18 @@ from pathlib import Path
 from typing import Any
 
 FRONTIER_SAMPLERS: dict[str, tuple[str, ...]] = {
-    "mdlm": ("ancestral", "cached", "edlm"),
+    "mdlm": ("ancestral", "cached", "edlm",
+             "first_hitting",
+             "remdm",
+             "confidence",
+             "threshold"),
     "sedd": ("analytic",),
     "ar": ("ar",),
 }
 """Registry: a checkpoint's method -> the samplers the frontier runs on it (edlm: with --edlm-energy only)."""
 LABELS = {"ancestral": "MDLM uncached", "cached": "MDLM cached", "analytic": "SEDD analytic", "edlm": "EDLM",
-          "ar": "AR (KV cache)"}
+          "ar": "AR (KV cache)", "first_hitting": "MDLM first-hitting", "remdm": "ReMDM",
+          "confidence": "MDLM confidence top-k", "threshold": "MDLM confidence threshold"}
 
 
 @dataclass
@@ -63,6 +72,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "coar:AR_RUN or nce:ENERGY.pt)")
     p.add_argument("--edlm-k", type=int, default=2, help="EDLM: candidates per importance step")
     p.add_argument("--edlm-window", type=float, default=0.2, help="EDLM: importance steps for t >= 1 - window")
+    from seqdiff.config import SampleConfig, field_help
+
+    docs = field_help(SampleConfig)
+    for key in ("remdm_schedule", "remdm_eta", "threshold"):
+        p.add_argument("--" + key.replace("_", "-"), type=str if key == "remdm_schedule" else float,
+                       default=getattr(SampleConfig, key), help=docs[key])
     p.add_argument("--steps", default="8,16,32,64,128,256", help="comma-separated step counts (diffusion)")
     p.add_argument("--length", type=int, default=None, help="tokens per sample (default: the models' block length)")
     p.add_argument("--num-samples", type=int, default=16, help="samples per sampler and step count")
@@ -75,9 +90,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="only rewrite README.md and the figures from <out>/frontier.json (no sampling)")
 
 
-def build_arms(paths: list[str], device: str, use_ema: bool, edlm: dict[str, Any] | None = None) -> list[Arm]:
-    """Every (checkpoint, sampler) pair to run; `edlm` ({"energy": spec, "k", "window"}) adds EDLM on MDLM."""
+def build_arms(paths: list[str], device: str, use_ema: bool, edlm: dict[str, Any] | None = None,
+               sample_config=None) -> list[Arm]:
+    """Every (checkpoint, sampler) pair to run; `edlm` ({"energy": spec, "k", "window"}) adds EDLM on MDLM;
+    `sample_config` (a SampleConfig) gives the other samplers' options (ReMDM's schedule and eta, the threshold)."""
     from seqdiff.checkpoint import load_checkpoint
+    from seqdiff.config import SampleConfig
     from seqdiff.samplers import SAMPLERS
 
     arms = []
@@ -91,7 +109,7 @@ def build_arms(paths: list[str], device: str, use_ema: bool, edlm: dict[str, Any
             if name == "cached" and getattr(model.backbone.config, "time_conditioning", False):
                 print(f"[frontier] {path} is time-conditioned: no cached sampler", file=sys.stderr)
                 continue
-            options = None
+            options = SAMPLERS[name].options_from_config(sample_config or SampleConfig()) or None
             if name == "edlm":
                 if not edlm:
                     continue  # EDLM needs an energy: --edlm-energy
@@ -102,6 +120,10 @@ def build_arms(paths: list[str], device: str, use_ema: bool, edlm: dict[str, Any
             label = LABELS.get(name, name)
             if name == "edlm":
                 label = f"EDLM ({edlm['energy'].split(':')[0]} energy, k={edlm['k']}, window {edlm['window']})"
+            if name == "remdm":
+                label = f"ReMDM-{options['schedule']} (eta {options['eta']})"
+            if name == "threshold":
+                label = f"{label} (tau {options['threshold']})"
             arms.append(Arm(label, name, model, str(model.path), options))
     return arms
 
@@ -143,12 +165,24 @@ def run_frontier(args: argparse.Namespace) -> dict[str, Any]:
     load_start = os.getloadavg()[0]
     edlm = ({"energy": args.edlm_energy, "k": args.edlm_k, "window": args.edlm_window}
             if args.edlm_energy else None)
-    arms = build_arms(args.checkpoint, args.device, not args.no_ema, edlm)
+    from seqdiff.config import SampleConfig
+    from seqdiff.samplers import SAMPLERS, SamplerError, build_sampler
+
+    options = SampleConfig(remdm_schedule=args.remdm_schedule, remdm_eta=args.remdm_eta, threshold=args.threshold)
+    arms = build_arms(args.checkpoint, args.device, not args.no_ema, edlm, options)
     if not arms:
         raise ValueError("no sampler to run: give MDLM, SEDD, EDLM or AR checkpoints")
     length = args.length or min(a.model.seq_len for a in arms)
     oracle = load_oracle(args.oracle, device=args.device)
-    grid = [(arm, s) for arm in arms for s in (steps_list if arm.sampler != "ar" else [length])]
+    grid = []
+    for arm in arms:
+        for s in steps_list if SAMPLERS[arm.sampler].uses_steps else [length]:
+            try:  # options the sampler refuses at this step count (e.g. an empty ReMDM loop band): skipped
+                build_sampler(arm.sampler, arm.model.method, arm.model.backbone, steps=s, **(arm.options or {}))
+            except SamplerError as e:
+                print(f"[frontier] {arm.label} at {s} steps skipped: {e}", file=sys.stderr)
+                continue
+            grid.append((arm, s))
     batches = args.num_samples // args.batch_size
     seconds: dict[int, list[float]] = {i: [] for i in range(len(grid))}
     tokens: dict[int, list] = {i: [] for i in range(len(grid))}
@@ -167,7 +201,8 @@ def run_frontier(args: argparse.Namespace) -> dict[str, Any]:
     rows = []
     for i, (arm, steps) in enumerate(grid):
         metrics = generation_metrics(tokens[i], texts[i], oracle=oracle)
-        rows.append({"sampler": arm.sampler, "label": arm.label, "checkpoint": arm.path,
+        rows.append({"sampler": arm.sampler, "label": arm.label, "exact": SAMPLERS[arm.sampler].exact,
+                     "checkpoint": arm.path,
                      "training_steps": arm.model.step, "steps": steps,
                      "seconds_per_sample": statistics.median(seconds[i]),
                      "seconds_per_sample_min": min(seconds[i]), "seconds_per_sample_max": max(seconds[i]),
@@ -227,6 +262,13 @@ def targets(rows: list[dict[str, Any]], length: int) -> dict[str, Any]:
             "steps": length, "speedup": speedup, "target": 2.5, "met": speedup >= 2.5,
             "denoiser_calls_ratio": uncached["denoiser_calls_per_sample"] / cached["denoiser_calls_per_sample"],
             "expected_calls_ratio": 1 / (1 - (1 - 1 / length) ** length)}
+    fh, anc = _row(rows, "first_hitting"), _row(rows, "ancestral", 4 * length)
+    if fh and anc:
+        speedup = anc["seconds_per_sample"] / fh["seconds_per_sample"]
+        out["first_hitting_vs_ancestral_at_4x_length"] = {
+            "steps": 4 * length, "speedup": speedup, "target_speedup": 4.0, "speed_met": speedup >= 4,
+            "first_hitting_gen_perplexity": fh["gen_perplexity"], "ancestral_gen_perplexity": anc["gen_perplexity"],
+            "first_hitting_entropy": fh["unigram_entropy_nats"], "ancestral_entropy": anc["unigram_entropy_nats"]}
     quarter = length // 4
     ar = _row(rows, "ar")
     for sampler in ("cached", "ancestral"):
@@ -260,7 +302,7 @@ def write_report(result: dict[str, Any], out: Path) -> None:
         xs = [r["steps"] for r in rs]
         style = {"marker": "o"} if len(rs) > 1 else {"marker": "*", "markersize": 14, "linestyle": "none"}
         for ax, key in zip(axes, ("gen_perplexity", "unigram_entropy_nats", "seconds_per_sample")):
-            ax.plot(xs, [r[key] for r in rs], label=label, **style)
+            ax.plot(xs, [r[key] for r in rs], label=f"{label} ({_kind(rs[0])})", **style)
     if ref:
         axes[0].axhline(ref["gen_perplexity"], color="gray", linestyle="--", label="real text")
         axes[1].axhline(ref["unigram_entropy_nats"], color="gray", linestyle="--", label="real text")
@@ -279,7 +321,8 @@ def write_report(result: dict[str, Any], out: Path) -> None:
     fig, ax = plt.subplots(figsize=(6.5, 4.5))
     for label in labels:
         rs = [r for r in rows if r["label"] == label]
-        ax.plot([r["seconds_per_sample"] for r in rs], [r["gen_perplexity"] for r in rs], marker="o", label=label)
+        ax.plot([r["seconds_per_sample"] for r in rs], [r["gen_perplexity"] for r in rs], marker="o",
+                label=f"{label} ({_kind(rs[0])})")
         for r in rs:
             ax.annotate(str(r["steps"]), (r["seconds_per_sample"], r["gen_perplexity"]), fontsize=7,
                         textcoords="offset points", xytext=(3, 3))
@@ -313,25 +356,29 @@ def markdown(result: dict[str, Any]) -> str:
         "token-weighted (exp of the total NLL over all samples' oracle tokens / their number). Entropy: unigram "
         "entropy of each sample's tokens in nats, averaged over samples — read it next to the perplexity.",
         "",
-        "| sampler | steps | s / sample [min–max] | tokens/s | denoiser calls | gen PPL | entropy | distinct-4 | "
-        "repetition-4 |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| sampler | exact / approximate | steps | s / sample [min–max] | tokens/s | denoiser calls | gen PPL | "
+        "entropy | distinct-4 | repetition-4 |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     trained = {r["checkpoint"]: (r["label"].split()[0], r["training_steps"]) for r in result["rows"]}
     lines[6:6] = ["Checkpoints: " + "; ".join(f"{name} `{path}` ({steps} training steps)"
                                               for path, (name, steps) in trained.items())
                   + ". Each one's recipe is the config.yaml of its run directory.", ""]
     for r in result["rows"]:
-        lines.append(f"| {r['label']} | {r['steps']} | {r['seconds_per_sample']:.3f} "
+        lines.append(f"| {r['label']} | {_kind(r)} | {r['steps']} | {r['seconds_per_sample']:.3f} "
                      f"[{r['seconds_per_sample_min']:.3f}–{r['seconds_per_sample_max']:.3f}] | "
                      f"{r['tokens_per_second']:.0f} | "
                      f"{r['denoiser_calls_per_sample']:.1f} | {r['gen_perplexity']:.2f} | "
                      f"{r['unigram_entropy_nats']:.3f} | {r['distinct_4']:.3f} | {r['repetition_4']:.3f} |")
     ref = result["reference"]
     if ref:
-        lines.append(f"| real text ({ref['what']}) | | | | | {ref['gen_perplexity']:.2f} | "
+        lines.append(f"| real text ({ref['what']}) | | | | | | {ref['gen_perplexity']:.2f} | "
                      f"{ref['unigram_entropy_nats']:.3f} | {ref['distinct_4']:.3f} | {ref['repetition_4']:.3f} |")
-    lines += ["", "![frontier vs steps](frontier_vs_steps.png)", "", "![frontier](frontier.png)", "", "## Targets", ""]
+    lines += ["", "exact: the sampler draws from the model's own reverse process (so an exact denoiser reproduces the "
+              "data); approximate: it trades that for speed or quality (tau-leaping, importance sampling with finite "
+              "k, remasking, confidence-ordered decoding). Samplers whose cost does not depend on a step count "
+              "(AR, first-hitting, threshold) are listed at steps = length.", ""]
+    lines += ["![frontier vs steps](frontier_vs_steps.png)", "", "![frontier](frontier.png)", "", "## Targets", ""]
     t = result["targets"]
     c = t.get("cached_speedup_at_steps_equal_length")
     if c:
@@ -344,6 +391,14 @@ def markdown(result: dict[str, Any]) -> str:
             f"{c['denoiser_calls_ratio']:.2f}×). Wall-clock can exceed the call ratio a little (skipped steps also "
             "skip the float64 softmax) but not reach 2.5× at T = L; the saving grows when steps exceed the length "
             "(see the rows with more steps, and reports/bench/).")
+    f = t.get("first_hitting_vs_ancestral_at_4x_length")
+    if f:
+        lines.append(
+            f"- **First-hitting ≥ 4× faster than ancestral at steps = 4 × length ({f['steps']})**: measured "
+            f"{f['speedup']:.2f}× — {'met' if f['speed_met'] else 'not met'}; generative perplexity "
+            f"{f['first_hitting_gen_perplexity']:.2f} vs {f['ancestral_gen_perplexity']:.2f}, entropy "
+            f"{f['first_hitting_entropy']:.3f} vs {f['ancestral_entropy']:.3f} (equal quality is the claim: both "
+            "draw the same continuous-time process, the ancestral sampler up to its discretization).")
     for sampler in ("cached", "ancestral"):
         q = t.get(f"mdlm_{sampler}_quarter_steps_vs_ar")
         if q:
@@ -384,6 +439,19 @@ def markdown(result: dict[str, Any]) -> str:
                   "training steps their samples score worse. The speed rows do not depend on the weights: which "
                   "steps reveal a token (the steps the cached sampler skips) is drawn from the schedule alone."]
     return "\n".join(lines) + "\n"
+
+
+def _kind(row: dict[str, Any]) -> str:
+    """'exact' or 'approximate' for a row (rows written before the flag existed: the sampler's class says)."""
+    exact = row.get("exact")
+    if exact is None:
+        from seqdiff.samplers import SAMPLERS
+
+        cls = SAMPLERS.get(row["sampler"])
+        if cls is None:
+            return "?"
+        exact = cls.exact
+    return "exact" if exact else "approximate"
 
 
 def render_existing(out: Path) -> dict[str, Any]:

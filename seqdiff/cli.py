@@ -13,7 +13,7 @@ import json
 import sys
 from pathlib import Path
 
-from seqdiff.config import ConfigError, RunConfig, field_help
+from seqdiff.config import ConfigError, RunConfig, SampleConfig, field_help
 from seqdiff.errors import SeqdiffError
 
 
@@ -104,7 +104,7 @@ def cmd_sample(args: argparse.Namespace) -> int:
         length_distribution,
         write_atomically,
     )
-    from seqdiff.samplers import SamplerError
+    from seqdiff.samplers import SAMPLERS, SamplerError
 
     if args.length is not None and args.seq_len is not None and args.length != args.seq_len:
         raise SamplerError("--length and --seq-len disagree; give one of them")
@@ -156,8 +156,10 @@ def cmd_sample(args: argparse.Namespace) -> int:
     cfg = SampleConfig(sampler=args.sampler, steps=args.steps, num_samples=args.num_samples,
                        batch_size=args.batch_size, seq_len=length, temperature=args.temperature,
                        seed=args.seed, top_p=args.top_p, stop_at_eos=args.stop_at_eos, overlap=args.overlap,
-                       semi_ar=args.length is not None or infill is not None)
-    options = {}
+                       semi_ar=args.length is not None or infill is not None,
+                       **{key: getattr(args, key) for key in ("remdm_schedule", "remdm_eta", "remdm_t_on",
+                                                              "remdm_t_off", "remdm_alpha_on", "threshold")})
+    options = SAMPLERS[args.sampler].options_from_config(cfg) if args.sampler in SAMPLERS else {}
     if args.sampler == "edlm":  # importance sampling with an energy (seqdiff.samplers.edlm_importance)
         from seqdiff.edlm import load_energy
 
@@ -182,7 +184,7 @@ def cmd_sample(args: argparse.Namespace) -> int:
             print(f"  {key:<28} {value:.4f}" if isinstance(value, float) else f"  {key:<28} {value}")
     n_tok = sum(len(t) for t in gen.tokens)
     print(f"{len(gen.tokens)} samples, {n_tok / gen.seconds:.1f} tokens/s, {gen.denoiser_calls} denoiser calls "
-          f"({gen.sampler} sampler)", file=sys.stderr)
+          f"({gen.sampler} sampler, {SAMPLERS[gen.sampler].kind()})", file=sys.stderr)
     if gen.stats:
         print("sampler: " + ", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
                                       for k, v in gen.stats.items()), file=sys.stderr)
@@ -360,7 +362,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_eval)
 
     p = sub.add_parser("sample", parents=[common], help="generate sequences")
-    p.add_argument("--sampler", default=None, help="ancestral, cached (MDLM default) or ar (AR default)")
+    p.add_argument("--sampler", default=None, help=field_help(SampleConfig)["sampler"])
     p.add_argument("--steps", type=int, default=256, help="reverse diffusion steps")
     p.add_argument("--num-samples", type=int, default=4)
     p.add_argument("--batch-size", type=int, default=4)
@@ -391,6 +393,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--energy", help="--sampler edlm: KIND:PATH (ar:AR_RUN, coar:AR_RUN or nce:ENERGY.pt)")
     p.add_argument("--edlm-k", type=int, default=2, help="--sampler edlm: candidates per importance step")
     p.add_argument("--edlm-window", type=float, default=0.2, help="--sampler edlm: importance steps for t >= 1 - w")
+    sample_docs = field_help(SampleConfig)
+    for key in ("remdm_schedule", "remdm_eta", "remdm_t_on", "remdm_t_off", "remdm_alpha_on", "threshold"):
+        kind = str if key == "remdm_schedule" else float
+        p.add_argument("--" + key.replace("_", "-"), type=kind, default=getattr(SampleConfig, key),
+                       help=sample_docs[key])
     p.set_defaults(func=cmd_sample)
 
     from seqdiff.edlm.cli import add_parser as add_edlm_parser

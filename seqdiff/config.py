@@ -45,7 +45,7 @@ MODEL_PRESETS: dict[str, dict[str, int]] = {
 @dataclass
 class ModelConfig:
     backbone: str = "dit"
-    """Backbone registry key (see seqdiff.backbones.BACKBONES): dit, or bert (post-norm, loads BERT weights)."""
+    """Backbone registry key (BACKBONES): {registry:backbones}; bert is post-norm and loads BERT weights."""
     preset: str | None = None
     """Size preset that fills hidden_size / n_layers / n_heads: one of MODEL_PRESETS."""
     hidden_size: int = 256
@@ -84,9 +84,9 @@ class ModelConfig:
 @dataclass
 class MethodConfig:
     name: str = "mdlm"
-    """Method registry key (see seqdiff.methods.METHODS): mdlm, ar, sedd or d3pm."""
+    """Method registry key (seqdiff.methods.METHODS): {registry:methods}."""
     schedule: str = "loglinear"
-    """Noise schedule for diffusion methods (see seqdiff.schedules.SCHEDULES)."""
+    """Noise schedule for diffusion methods (seqdiff.schedules.SCHEDULES): {registry:schedules}."""
     time_sampling: Literal["antithetic", "uniform"] = "antithetic"
     """How training times are drawn: antithetic (one per stratum, lower variance) or i.i.d. uniform."""
     num_timesteps: int = 0
@@ -116,7 +116,7 @@ class MethodConfig:
 @dataclass
 class DataConfig:
     kind: str = "text"
-    """Data module registry key (see seqdiff.data.DATA_MODULES): text or fasta."""
+    """Data module registry key (seqdiff.data.DATA_MODULES): {registry:data_modules}."""
     corpus: str = "shakespeare"
     """Builtin corpus (shakespeare), dataset name (seqdiff.data.datasets) or folder of {split}.txt/.jsonl/.parquet."""
     train_file: str | None = None
@@ -126,7 +126,7 @@ class DataConfig:
     test_file: str | None = None
     """Explicit test file; overrides the corpus' test split."""
     tokenizer: str = "char"
-    """Tokenizer registry key (see seqdiff.tokenizers.TOKENIZERS)."""
+    """Tokenizer registry key (seqdiff.tokenizers.TOKENIZERS): {registry:tokenizers}."""
     tokenizer_options: dict[str, Any] = field(default_factory=dict)
     """Keyword arguments of the tokenizer (e.g. alphabet, normalize for char)."""
     seq_len: int = 256
@@ -269,9 +269,9 @@ class TrainConfig:
 @dataclass
 class SampleConfig:
     sampler: str | None = None
-    """Sampler registry key (ancestral, cached, ar); default: cached for MDLM, ar for AR."""
+    """Sampler registry key (SAMPLERS): {registry:samplers}; default by method: {registry:default_samplers}."""
     steps: int = 256
-    """Reverse diffusion steps (MDLM)."""
+    """Reverse diffusion steps (MDLM); first_hitting and threshold ignore it (one call per token / as needed)."""
     num_samples: int = 4
     """Sequences to generate."""
     batch_size: int = 4
@@ -290,8 +290,33 @@ class SampleConfig:
     """Semi-autoregressive blocks: tokens of each block that condition the next; default half a block."""
     seed: int = 0
     """Seed of the generator that drives every draw."""
+    remdm_schedule: Literal["cap", "rescale", "conf", "loop"] = "cap"
+    """sampler remdm: how often decoded tokens are remasked (cap, rescale, conf or loop; Wang et al. 2025)."""
+    remdm_eta: float = 0.02
+    """sampler remdm: remasking strength eta in [0, 1] (loop: at most (1 - alpha_on) / alpha_on); 0 = ancestral."""
+    remdm_t_on: float = 0.55
+    """sampler remdm, loop schedule: time where the remasking band starts (0 < t_off < t_on < 1)."""
+    remdm_t_off: float = 0.05
+    """sampler remdm, loop schedule: time where the remasking band ends."""
+    remdm_alpha_on: float = 0.9
+    """sampler remdm, loop schedule: share of unmasked tokens held inside the band, in (0, 1)."""
+    threshold: float = 0.9
+    """sampler threshold (Fast-dLLM): commit every masked token whose largest probability exceeds this, in (0, 1]."""
 
     def __post_init__(self) -> None:
+        schedules = typing.get_args(typing.get_type_hints(SampleConfig)["remdm_schedule"])
+        if self.remdm_schedule not in schedules:
+            raise ConfigError(f"sample.remdm_schedule (--remdm-schedule)={self.remdm_schedule!r} is not allowed; "
+                              f"choose one of {list(schedules)}")
+        if not 0.0 <= self.remdm_eta <= 1.0:
+            raise ConfigError(f"sample.remdm_eta (--remdm-eta) must lie in [0, 1], got {self.remdm_eta}")
+        if not 0.0 < self.remdm_t_off < self.remdm_t_on < 1.0:
+            raise ConfigError(f"sample.remdm_t_off, sample.remdm_t_on (--remdm-t-off, --remdm-t-on) need "
+                              f"0 < t_off < t_on < 1, got {self.remdm_t_off}, {self.remdm_t_on}")
+        if not 0.0 < self.remdm_alpha_on < 1.0:
+            raise ConfigError(f"sample.remdm_alpha_on (--remdm-alpha-on) must lie in (0, 1), got {self.remdm_alpha_on}")
+        if not 0.0 < self.threshold <= 1.0:
+            raise ConfigError(f"sample.threshold (--threshold) must lie in (0, 1], got {self.threshold}")
         if not 0.0 < self.top_p <= 1.0:
             raise ConfigError(f"sample.top_p must lie in (0, 1], got {self.top_p}")
         if self.temperature < 0:
@@ -334,8 +359,46 @@ def load_run_config(path: str | Path | None = None, overrides: list[str] | None 
 # ----------------------------------------------------------------------------------------------------
 
 
+# Registries whose keys field docstrings list: `{registry:NAME}` in a docstring becomes the registry's current
+# keys when `field_help` reads it, so a help text cannot go stale when an entry is added. Named by module path
+# and imported only at help time (they sit in layers above this module).
+# The third element says how to show it: "keys" (a, b, c) or "pairs" (k: v, ... for a dict of names).
+REGISTRY_KEYS: dict[str, tuple[str, str, str]] = {
+    "backbones": ("seqdiff.backbones", "BACKBONES", "keys"),
+    "methods": ("seqdiff.methods", "METHODS", "keys"),
+    "schedules": ("seqdiff.schedules", "SCHEDULES", "keys"),
+    "data_modules": ("seqdiff.data", "DATA_MODULES", "keys"),
+    "tokenizers": ("seqdiff.tokenizers", "TOKENIZERS", "keys"),
+    "samplers": ("seqdiff.samplers", "SAMPLERS", "keys"),
+    "default_samplers": ("seqdiff.samplers", "DEFAULT_SAMPLER", "pairs"),
+}
+
+
+def registry_help(name: str) -> str:
+    """The keys of registry `name` (REGISTRY_KEYS) as help text: `a, b, c` (samplers with their exact /
+    approximate label), or `k: v, ...` for a registry of names."""
+    import importlib
+
+    module, attr, style = REGISTRY_KEYS[name]
+    registry = getattr(importlib.import_module(module), attr)
+    if style == "pairs":
+        return ", ".join(f"{k}: {v}" for k, v in registry.items())
+    return ", ".join(f"{k} ({'exact' if v.exact else 'approximate'})" if isinstance(getattr(v, "exact", None), bool)
+                     else str(k) for k, v in registry.items())
+
+
+def fill_registry_keys(text: str) -> str:
+    """Replace each `{registry:NAME}` in `text` by that registry's keys (other braces are left alone)."""
+    for name in REGISTRY_KEYS:
+        token = "{registry:" + name + "}"
+        if token in text:
+            text = text.replace(token, registry_help(name))
+    return text
+
+
 def field_help(cls: type) -> dict[str, str]:
-    """Field docstrings of a dataclass (the string literal after each field), for --help and errors."""
+    """Field docstrings of a dataclass (the string literal after each field), for --help and errors; registry
+    placeholders (`{registry:NAME}`) are filled with the registry's keys."""
     try:
         tree = ast.parse(inspect.getsource(cls))
     except (OSError, TypeError):
@@ -350,7 +413,7 @@ def field_help(cls: type) -> dict[str, str]:
             and isinstance(getattr(nxt, "value", None), ast.Constant)
             and isinstance(nxt.value.value, str)
         ):
-            out[stmt.target.id] = nxt.value.value.strip()
+            out[stmt.target.id] = fill_registry_keys(nxt.value.value.strip())
     return out
 
 

@@ -216,7 +216,14 @@ def test_frontier_runs_every_sampler_side_by_side(runs, tmp_path, capsys):
     result = json.loads((out / "frontier.json").read_text())
     grid = [(r["sampler"], r["steps"]) for r in result["rows"]]
     assert grid == [("ancestral", 4), ("ancestral", 8), ("ancestral", 32), ("cached", 4), ("cached", 8),
-                    ("cached", 32), ("edlm", 4), ("edlm", 8), ("edlm", 32), ("ar", 32)]
+                    ("cached", 32), ("edlm", 4), ("edlm", 8), ("edlm", 32), ("first_hitting", 32), ("remdm", 4),
+                    ("remdm", 8), ("remdm", 32), ("confidence", 4), ("confidence", 8), ("confidence", 32),
+                    ("threshold", 32), ("ar", 32)]
+    exact = {r["sampler"]: r["exact"] for r in result["rows"]}
+    assert exact == {"ancestral": True, "cached": True, "edlm": False, "first_hitting": True, "remdm": False,
+                     "confidence": False, "threshold": False, "ar": True}
+    first_hitting = next(r for r in result["rows"] if r["sampler"] == "first_hitting")
+    assert first_hitting["denoiser_calls_per_sample"] == 32  # one call per token (batch 1)
     for r in result["rows"]:
         assert math.isfinite(r["gen_perplexity"]) and r["gen_perplexity"] > 1 and r["unigram_entropy_nats"] > 0
         assert r["seconds_per_sample_min"] <= r["seconds_per_sample"] <= r["seconds_per_sample_max"]
@@ -230,6 +237,7 @@ def test_frontier_runs_every_sampler_side_by_side(runs, tmp_path, capsys):
     assert "mdlm_cached_quarter_steps_vs_ar" in result["targets"] and result["reference"]["gen_perplexity"] > 1
     readme = (out / "README.md").read_text()
     assert "seqdiff frontier" in readme and "entropy" in readme and "faster than uncached" in readme
+    assert "| MDLM first-hitting | exact | 32 |" in readme and "| ReMDM-cap (eta 0.02) | approximate | 4 |" in readme
     assert (out / "frontier.png").stat().st_size > 0 and (out / "frontier_vs_steps.png").stat().st_size > 0
     (out / "README.md").unlink()  # --render-only rebuilds the report from frontier.json alone
     assert main(["frontier", "--render-only", "--out", str(out)]) == 0

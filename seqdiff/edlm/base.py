@@ -64,3 +64,23 @@ def draw_candidates(probs: Tensor, xt: Tensor, mask_id: int, k: int, generator: 
     B, L, V = probs.shape
     draws = sample_categorical(probs[:, None].expand(B, k, L, V), generator)  # (B, k, L)
     return torch.where(xt[:, None] == mask_id, draws, xt[:, None])
+
+
+def row_uniforms(gens: list[torch.Generator], shape: tuple[int, ...], device) -> Tensor:
+    """(len(gens), *shape) float64 uniforms, row r drawn from gens[r] alone -- the draws a one-row call with that
+    generator makes, so batching rows changes no row's random stream."""
+    return torch.cat([torch.rand((1, *shape), generator=g, device=device, dtype=torch.float64) for g in gens])
+
+
+def categorical_from_uniforms(probs: Tensor, u: Tensor) -> Tensor:
+    """seqdiff.categorical.sample_categorical with its uniforms given: (..., V) probs and u -> (...) long."""
+    return (probs.to(torch.float64) / -torch.log1p(-u)).argmax(dim=-1)
+
+
+def draw_candidates_rows(probs: Tensor, xt: Tensor, mask_id: int, k: int, gens: list[torch.Generator]) -> Tensor:
+    """`draw_candidates` for B rows with one generator each, in one batched computation: (B, L, V) probs, (B, L)
+    x_t -> (B, k, L); equal, row for row, to `draw_candidates(probs[r:r+1], xt[r:r+1], mask_id, k, gens[r])`."""
+    B, L, V = probs.shape
+    u = row_uniforms(gens, (k, L, V), probs.device)  # (B, k, L, V)
+    draws = categorical_from_uniforms(probs[:, None].expand(B, k, L, V), u)  # (B, k, L)
+    return torch.where(xt[:, None] == mask_id, draws, xt[:, None])

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from seqdiff.samplers.ar_kv import ARSampler
 from seqdiff.samplers.base import SampleOutput, Sampler, SamplerError
+from seqdiff.samplers.confidence import ConfidenceSampler, ThresholdSampler
 from seqdiff.samplers.d3pm_ancestral import D3PMAncestralSampler
 from seqdiff.samplers.edlm_importance import EDLMImportanceSampler
 from seqdiff.samplers.mdlm_ancestral import MDLMAncestralSampler
 from seqdiff.samplers.mdlm_cached import MDLMCachedSampler
+from seqdiff.samplers.mdlm_first_hitting import MDLMFirstHittingSampler
 from seqdiff.samplers.mdlm_semi_ar import generate_semi_ar
+from seqdiff.samplers.remdm import ReMDMSampler
 from seqdiff.samplers.sedd_analytic import SEDDAnalyticSampler
 from seqdiff.samplers.sedd_euler import SEDDEulerSampler
 
@@ -17,6 +20,10 @@ SAMPLERS: dict[str, type[Sampler]] = {
     for cls in (MDLMAncestralSampler, MDLMCachedSampler, ARSampler, SEDDAnalyticSampler, SEDDEulerSampler,
                 D3PMAncestralSampler, EDLMImportanceSampler)
 }
+SAMPLERS[MDLMFirstHittingSampler.name] = MDLMFirstHittingSampler
+SAMPLERS[ReMDMSampler.name] = ReMDMSampler
+SAMPLERS[ConfidenceSampler.name] = ConfidenceSampler
+SAMPLERS[ThresholdSampler.name] = ThresholdSampler
 
 DEFAULT_SAMPLER = {"mdlm": "cached", "ar": "ar", "sedd": "analytic", "d3pm": "d3pm"}
 
@@ -33,7 +40,23 @@ def build_sampler(name: str | None, method, backbone, steps: int, temperature: f
     return SAMPLERS[name](method, backbone, steps=steps, temperature=temperature, top_p=top_p, **options)
 
 
-__all__ = ["DEFAULT_SAMPLER", "SAMPLERS", "ARSampler", "D3PMAncestralSampler", "EDLMImportanceSampler",
-           "MDLMAncestralSampler",
-           "MDLMCachedSampler", "SEDDAnalyticSampler", "SEDDEulerSampler", "SampleOutput", "Sampler", "SamplerError",
-           "build_sampler", "generate_semi_ar"]
+__all__ = [
+    "DEFAULT_SAMPLER",
+    "SAMPLERS",
+    "ARSampler",
+    "ConfidenceSampler",
+    "D3PMAncestralSampler",
+    "EDLMImportanceSampler",
+    "MDLMAncestralSampler",
+    "MDLMCachedSampler",
+    "MDLMFirstHittingSampler",
+    "ReMDMSampler",
+    "SEDDAnalyticSampler",
+    "SEDDEulerSampler",
+    "SampleOutput",
+    "Sampler",
+    "SamplerError",
+    "ThresholdSampler",
+    "build_sampler",
+    "generate_semi_ar",
+]

@@ -20,6 +20,8 @@ class ARSampler(Sampler):
     name = "ar"
     methods = ("ar",)
     supports_top_p = True
+    uses_steps = False
+    exact = True  # the chain rule of the AR model itself
 
     def __init__(self, method, backbone, steps: int = 1, temperature: float = 1.0, top_p: float = 1.0):
         super().__init__(method, backbone, steps=max(steps, 1), temperature=temperature, top_p=top_p)

@@ -37,12 +37,19 @@ class Sampler(ABC):
     """Method names this sampler can drive."""
     supports_top_p: ClassVar[bool] = False
     """Whether the sampler draws tokens from an explicit categorical that nucleus filtering applies to."""
+    uses_steps: ClassVar[bool] = True
+    """Whether `steps` sets the cost (False: one call per token or data-dependent, e.g. AR, first-hitting)."""
+    exact: ClassVar[bool]
+    """True when the sampler draws from the model's own reverse process (at temperature 1, top_p 1), so an exact
+    denoiser reproduces the data distribution; False for approximations (tau-leaping, importance sampling with
+    finite k, remasking, confidence-ordered decoding). Every sampler declares it; reports show it."""
 
     def __init__(self, method: Method, backbone: nn.Module, steps: int = 128, temperature: float = 1.0,
                  top_p: float = 1.0):
         if method.name not in self.methods:
             raise SamplerError(
-                f"sampler {self.name!r} cannot drive a {method.name!r} model; it works with {list(self.methods)}"
+                f"--sampler {self.name} (sample.sampler) cannot drive a {method.name!r} model; it works with "
+                f"{list(self.methods)}"
             )
         if steps < 1:
             raise SamplerError(f"sample.steps must be >= 1, got {steps}")
@@ -56,6 +63,22 @@ class Sampler(ABC):
         self.method, self.backbone = method, backbone
         self.steps, self.temperature, self.top_p = steps, temperature, top_p
         self.check_compatible()
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if not isinstance(getattr(cls, "exact", None), bool):
+            raise TypeError(f"sampler class {cls.__name__} must declare `exact` (True or False)")
+
+    @classmethod
+    def kind(cls) -> str:
+        """'exact' or 'approximate', the label reports print next to the sampler's name."""
+        return "exact" if cls.exact else "approximate"
+
+    @classmethod
+    def options_from_config(cls, cfg) -> dict:
+        """Keyword arguments this sampler takes from a SampleConfig beyond steps / temperature / top_p (the
+        sample command and the frontier pass them through; default: none)."""
+        return {}
 
     def check_compatible(self) -> None:
         """Raise SamplerError when this sampler is invalid for the given backbone (default: always valid)."""

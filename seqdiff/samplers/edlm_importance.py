@@ -15,7 +15,12 @@ step tends to the exact EDLM step (brute-force tests check one step and a whole 
 
 Batch independence: every random draw of row r comes from its own generator, seeded from the caller's
 generator once per row in row order, so a batch of B rows gives the same tokens as B calls of one row
-with the same generator (another test checks it). The model calls themselves are batched.
+with the same generator (another test checks it). Everything else is batched: one denoiser call per step, the
+B x k candidates drawn in one computation from the rows' uniforms (only drawing the uniforms walks the rows'
+generators one by one), their energies in one forward pass of the energy model, the resampling and the
+reveal draws batched too. Before, the candidates, the resampling and the MDLM steps ran row after row; the
+tokens are the same for the same generator (tests/test_edlm_batched.py keeps the row-by-row version as the
+reference).
 
 `given` (prefix / infilling) is honoured as in the MDLM samplers: given tokens start unmasked and are
 carried over into every candidate, so the energy scores them as context.
@@ -29,8 +34,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from seqdiff.categorical import sample_categorical
-from seqdiff.edlm.base import draw_candidates, masked_log_mu
+from seqdiff.edlm.base import categorical_from_uniforms, draw_candidates_rows, masked_log_mu, row_uniforms
 from seqdiff.samplers.base import SampleOutput, SamplerError
 from seqdiff.samplers.mdlm_cached import MDLMCachedSampler
 
@@ -49,6 +53,7 @@ def effective_sample_size(log_w: Tensor) -> Tensor:
 
 class EDLMImportanceSampler(MDLMCachedSampler):
     name = "edlm"
+    exact = False  # self-normalized importance sampling with finite k tends to the EDLM step only as k grows
 
     def __init__(self, method, backbone, steps: int = 128, temperature: float = 1.0, top_p: float = 1.0,
                  energy=None, k: int = 2, window: float = 0.2):
@@ -78,15 +83,36 @@ class EDLMImportanceSampler(MDLMCachedSampler):
         """One x0 per row resampled from k draws of mu by weights exp(-E): (B, L), and the (B,) ESS."""
         B, L, V = probs.shape
         k, mask_id = self.k, self.method.mask_id
-        cands = torch.cat([draw_candidates(probs[r : r + 1], xt[r : r + 1], mask_id, k, g)
-                           for r, g in enumerate(gens)])  # (B, k, L)
+        cands = draw_candidates_rows(probs, xt, mask_id, k, gens)  # (B, k, L): all rows' candidates at once
         flat = cands.reshape(B * k, L)
         xt_rep = xt.repeat_interleave(k, 0)  # (B k, L)
         log_mu = masked_log_mu(probs.repeat_interleave(k, 0), flat, xt_rep, mask_id)  # (B k,)
-        log_w = -self.energy(flat, xt_rep, log_mu).view(B, k)  # (B, k)
+        log_w = -self.energy(flat, xt_rep, log_mu, chunk=max(256, B * k)).view(B, k)  # (B, k): one forward
         weights = torch.softmax(log_w, dim=-1)  # self-normalized within each row
-        pick = torch.cat([sample_categorical(weights[r : r + 1], g) for r, g in enumerate(gens)])  # (B,)
+        pick = categorical_from_uniforms(weights, row_uniforms(gens, (k,), xt.device))  # (B,)
         return cands[torch.arange(B, device=xt.device), pick], effective_sample_size(log_w)
+
+    def reveal_rows(self, x: Tensor, t: Tensor, s: Tensor, gens: list[torch.Generator]) -> Tensor:
+        """`method.reveal_mask` for every row with its own generator, batched: (B, L) bool."""
+        sched = self.method.schedule
+        a_t = sched.alpha(t.double())[:, None]  # (B, 1)
+        a_s = sched.alpha(s.double())[:, None]
+        reveal_p = ((a_s - a_t) / sched.one_minus_alpha(t.double())[:, None]).clamp(0, 1)
+        u = row_uniforms(gens, (x.shape[1],), x.device)  # (B, L)
+        return (x == self.method.mask_id) & (u < reveal_p)
+
+    def mdlm_step_rows(self, probs: Tensor, x: Tensor, t: Tensor, s: Tensor, gens: list[torch.Generator]) -> Tensor:
+        """`method.reverse_step` (SUBS) row by row in law and in draws, batched: which positions reveal, then a
+        token for each revealed one from that row's generator."""
+        reveal = self.reveal_rows(x, t, s, gens)
+        xs = x.clone()
+        counts = reveal.sum(-1).tolist()
+        if sum(counts):
+            V = probs.shape[-1]
+            u = torch.cat([torch.rand((n, V), generator=g, device=x.device, dtype=torch.float64)
+                           for n, g in zip(counts, gens) if n])  # row-major, as probs[reveal]
+            xs[reveal] = categorical_from_uniforms(probs[reveal], u)
+        return xs
 
     @torch.no_grad()
     def generate(self, batch_size: int, seq_len: int, generator: torch.Generator | None = None,
@@ -107,11 +133,9 @@ class EDLMImportanceSampler(MDLMCachedSampler):
             probs, n = self.denoise(x, t, cache)  # (B, L, V) float64
             calls += n
             if not self.in_window(float(grid[i])):
-                x = torch.cat([method.reverse_step(probs[r : r + 1], x[r : r + 1], t[r : r + 1], s[r : r + 1], g)
-                               for r, g in enumerate(gens)])
+                x = self.mdlm_step_rows(probs, x, t, s, gens)
                 continue
-            reveal = torch.cat([method.reveal_mask(x[r : r + 1], t[r : r + 1], s[r : r + 1], g)
-                                for r, g in enumerate(gens)])  # (B, L)
+            reveal = self.reveal_rows(x, t, s, gens)  # (B, L)
             rows = reveal.any(-1).nonzero().flatten().tolist()  # rows that reveal a token need an x0
             if rows:
                 x0, ess = self.importance_x0(probs[rows], x[rows], [gens[r] for r in rows])

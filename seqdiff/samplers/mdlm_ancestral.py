@@ -27,6 +27,7 @@ class MDLMAncestralSampler(Sampler):
     name = "ancestral"
     methods = ("mdlm",)
     supports_top_p = True
+    exact = True  # the model's own discrete-time reverse process q(x_s | x_t, x_theta)
 
     def time_grid(self, device) -> Tensor:
         """(steps + 1,) times from 1 to 0."""

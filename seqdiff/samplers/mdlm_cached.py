@@ -17,6 +17,7 @@ from seqdiff.samplers.mdlm_ancestral import MDLMAncestralSampler
 
 class MDLMCachedSampler(MDLMAncestralSampler):
     name = "cached"
+    exact = True  # the ancestral sampler's draws, the same tokens
 
     def check_compatible(self) -> None:
         if getattr(self.backbone.config, "time_conditioning", False):
