@@ -242,3 +242,13 @@ def test_frontier_runs_every_sampler_side_by_side(runs, tmp_path, capsys):
     (out / "README.md").unlink()  # --render-only rebuilds the report from frontier.json alone
     assert main(["frontier", "--render-only", "--out", str(out)]) == 0
     assert (out / "README.md").read_text() == readme
+
+
+def test_known_word_share_counts_whole_words_only():
+    from seqdiff.evaluation.metrics import known_word_share
+
+    vocab = {"to", "be", "or", "not"}
+    share, n = known_word_share(["to be or nxt to b", "not qq "], vocab)
+    # first sample: 'b' is cut off (no trailing space) -> to, be, or, nxt, to; second: not, qq (ends in a space)
+    assert n == 7 and share == pytest.approx(5 / 7)
+    assert math.isnan(known_word_share(["onlyoneword"], vocab)[0])

@@ -17,8 +17,15 @@ def test_quickstart_end_to_end_and_reuse(tmp_path, capsys, monkeypatch):
         assert r["train_seconds"] > 0
     assert results["models"]["mdlm"]["bound"] and not results["models"]["ar"]["bound"]
     assert results["models"]["mdlm"]["sampler"] == "cached"
+    ngram = results["ngram"]  # computed by the command on the same splits, the order chosen on validation
+    assert ngram["order"] in qs.NGRAM_ORDERS and ngram["valid_bits_per_character_by_order"][str(ngram["order"])] == min(
+        ngram["valid_bits_per_character_by_order"].values())
+    assert 1.0 < ngram["bits_per_character"] < 4.76  # below a uniform guess over 27 characters
+    for r in results["models"].values():
+        assert 0 <= r["known_word_share"] <= 1 and r["words_counted"] > 0
     summary = (out / "summary.md").read_text()
     assert "romeo_and_juliet" in summary and "| MDLM |" in summary and "| AR |" in summary
+    assert f"| n-gram (Witten-Bell, order {ngram['order']}) | {ngram['bits_per_character']:.4f} |" in summary
     assert (out / "loss_curves.png").stat().st_size > 1000
     assert "| MDLM |" in capsys.readouterr().out
     # a later call reuses finished runs instead of training again

@@ -6,6 +6,8 @@ Always report diversity next to generative perplexity: a low perplexity from col
 - `unigram_entropy`: entropy in nats of the empirical distribution of token ids within one sample.
 - `distinct_n`: unique n-grams / n-grams of one sample; `repetition_rate` = 1 - distinct_n, the fraction of
   a sample's n-grams that repeat one seen earlier in it.
+- `known_word_share`: the share of a text sample's words that occur in a reference vocabulary (the training
+  text's words), a check that character-level samples are made of real words.
 - DNA: `gc_content` (G + C over A, C, G, T; other symbols such as N are ignored) and `kmer_distance`
   between the normalized k-mer count vectors of two sequences (k-mers over ACGT only, case-insensitive):
   total variation 0.5 sum |p - q| in [0, 1] (the default), or Jensen-Shannon divergence in nats, in
@@ -67,6 +69,23 @@ def diversity_metrics(samples: Sequence[Sequence[int] | torch.Tensor], max_n: in
         out[f"distinct_{n}"] = _mean(distinct_n(s, n) for s in samples)
         out[f"repetition_{n}"] = _mean(repetition_rate(s, n) for s in samples)
     return out
+
+
+def known_word_share(texts: Sequence[str], vocabulary: set[str]) -> tuple[float, int]:
+    """(share of the samples' words found in `vocabulary`, number of words counted).
+
+    Words are whitespace-separated runs; a sample's last word is left out when the sample does not end in
+    whitespace (a sample of fixed length usually stops inside a word). A crude but honest check that
+    samples are made of real words: character-level models early in training mostly are not.
+    """
+    known = total = 0
+    for text in texts:
+        words = text.split()
+        if words and text[-1:].strip():
+            words = words[:-1]
+        total += len(words)
+        known += sum(w in vocabulary for w in words)
+    return (known / total if total else math.nan), total
 
 
 def _mean(values) -> float:
