@@ -69,6 +69,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     sources = parse_sources(args.sources, args.split)  # in command-line order, checked before loading the model
     model = load_checkpoint(args.checkpoint, device=args.device, use_ema=not args.no_ema)
+    if args.rc_conjoin:
+        from seqdiff.backbones.rc_equivariant import conjoin_loaded
+
+        conjoin_loaded(model)
     torch.manual_seed(args.seed)
     options = {"num_t_samples": args.num_t_samples, "seed": args.seed, "progress": not args.json}
     reports = []
@@ -87,6 +91,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
                        "data": f"{data_config.kind} {args.split} split"})
         reports.append(report)
     common = {"checkpoint": str(model.path), "step": model.step, "ema_weights": model.ema}
+    if args.rc_conjoin:
+        common["rc_conjoined"] = True
     for report in reports:
         report.update(common)
     if len(reports) == 1:  # one source: the flat report, as before zero-shot tables existed
@@ -143,6 +149,10 @@ def cmd_sample(args: argparse.Namespace) -> int:
     if (args.oracle or args.reference) and not args.metrics:
         args.metrics = True
     model = load_checkpoint(args.checkpoint, device=args.device, use_ema=not args.no_ema)
+    if args.rc_conjoin:
+        from seqdiff.backbones.rc_equivariant import conjoin_loaded
+
+        conjoin_loaded(model)
     length = args.length or args.seq_len
     given = None
     if args.prompt is not None:
@@ -370,6 +380,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--out", help="JSON file for the results (default: <run>/eval/<data>.json, or zeroshot.json "
                                  "for several sources)")
+    p.add_argument("--rc-conjoin", action="store_true",
+                   help="DNA diffusion models: average the predictions on both strands (post-hoc reverse-complement "
+                        "conjoining, Caduceus-Ph)")
     p.set_defaults(func=cmd_eval)
 
     p = sub.add_parser("sample", parents=[common], help="generate sequences")
@@ -404,6 +417,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--energy", help="--sampler edlm: KIND:PATH (ar:AR_RUN, coar:AR_RUN or nce:ENERGY.pt)")
     p.add_argument("--edlm-k", type=int, default=2, help="--sampler edlm: candidates per importance step")
     p.add_argument("--edlm-window", type=float, default=0.2, help="--sampler edlm: importance steps for t >= 1 - w")
+    p.add_argument("--rc-conjoin", action="store_true",
+                   help="DNA diffusion models: average the predictions on both strands (post-hoc reverse-complement "
+                        "conjoining, Caduceus-Ph)")
     p.set_defaults(func=cmd_sample)
 
     from seqdiff.edlm.cli import add_parser as add_edlm_parser
