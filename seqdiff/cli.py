@@ -313,13 +313,9 @@ def cmd_score(args: argparse.Namespace) -> int:
     variants = read_variants(args.variants)  # malformed rows are refused before the model is loaded
     model = load_checkpoint(args.checkpoint, device=args.device, use_ema=not args.no_ema)
     check_model(model, args.checkpoint)
-    if args.rc_conjoin:
-        from seqdiff.backbones.rc_equivariant import conjoin_loaded
-
-        conjoin_loaded(model)
     fasta = open_fasta(args.fasta)
     rows = score_variants(model, fasta, variants, window=args.window, batch_size=args.batch_size,
-                          progress=args.out is not None)
+                          progress=args.out is not None, rc_conjoin=args.rc_conjoin)
     kind = SCORERS[model.method.name].kind
     header = {"checkpoint": str(model.path), "step": model.step, "method": model.method.name,
               "ema_weights": model.ema, "rc_conjoined": bool(args.rc_conjoin), "fasta": str(args.fasta),
@@ -529,7 +525,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="output format (auto: json for an --out ending in .json, else tsv)")
     p.add_argument("--out", help="output file (default: TSV on stdout)")
     p.add_argument("--rc-conjoin", action="store_true",
-                   help="diffusion models: average the denoiser's predictions over both strands first")
+                   help="both strands: diffusion models average the denoiser's predictions over them; AR models "
+                        "score the strand mixture (p(w) + p(RC w)) / 2, still exactly")
     p.set_defaults(func=cmd_score)
 
     p = sub.add_parser("quickstart", help="train MDLM and AR on the shipped Shakespeare slice, offline")

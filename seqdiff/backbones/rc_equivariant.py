@@ -41,7 +41,7 @@ Design (and why not a channel-split transformer)
   distribution over clean tokens (mdlm, d3pm), not SEDD's scores.
 - Causal (AR) backbones are refused: the other strand's stream at the base pair of position i has read the
   bases after i, which are what position i must predict. Strand symmetry for AR is a sequence-level
-  mixture, p(x) = (p(x) + p(RC x)) / 2, not a per-position map.
+  mixture, p(x) = (p(x) + p(RC x)) / 2, not a per-position map (`seqdiff score --rc-conjoin` scores it).
 - State dict keys are the inner backbone's, prefixed "inner."; attributes the rest of seqdiff reads
   (config, vocab_size, causal, embed, blocks, head_parameters, ...) are forwarded to the inner backbone.
 """

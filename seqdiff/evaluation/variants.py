@@ -17,8 +17,9 @@ What the score is, per method (SCORERS, a registry by method name)
   learns at low noise; for a multi-base substitution the denoiser's factorized marginals also ignore the
   dependence between the masked bases. A time-conditioned model is read at the time whose expected masked
   share equals the variant's share of the window.
-- `rc_conjoin=True` (diffusion models): the denoiser's predictions are averaged over both strands first
-  (seqdiff.backbones.rc_equivariant, post-hoc conjoining).
+- `rc_conjoin=True`: both strands. Diffusion models: the denoiser's probabilities are averaged over the two
+  strands first (seqdiff.backbones.rc_equivariant, post-hoc conjoining). AR: the windows are scored under the
+  strand mixture p(w) = (p_theta(w) + p_theta(RC w)) / 2, an RC-invariant distribution, so still exactly.
 
 Input table
 - VCF (a `.vcf` / `.vcf.gz` file, or any file whose first line starts with `##fileformat=VCF`): columns
@@ -36,6 +37,7 @@ stay inside the chromosome (a shorter chromosome is scored whole).
 from __future__ import annotations
 
 import csv
+import dataclasses
 import gzip
 import io
 import json
@@ -48,6 +50,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from seqdiff.backbones.rc_equivariant import RCEquivariant, rc_tokens
 from seqdiff.checkpoint import LoadedModel
 from seqdiff.data.genome import FastaHandle, GenomeError
 
@@ -265,8 +268,15 @@ def _time_for_share(method, share: float) -> float:
 
 
 @torch.no_grad()
-def score_masked_marginal(model: LoadedModel, windows: Sequence[Window]) -> list[dict[str, float]]:
-    """Diffusion models: sum over the variant's positions of log x_theta(alt) - log x_theta(ref), masked."""
+def score_masked_marginal(model: LoadedModel, windows: Sequence[Window], rc_conjoin: bool = False
+                          ) -> list[dict[str, float]]:
+    """Diffusion models: sum over the variant's positions of log x_theta(alt) - log x_theta(ref), masked.
+
+    rc_conjoin: the denoiser's probabilities are first averaged over both strands (Caduceus-Ph).
+    """
+    if rc_conjoin and not isinstance(model.backbone, RCEquivariant):
+        model = dataclasses.replace(model, backbone=RCEquivariant(model.backbone, model.tokenizer.complement_ids,
+                                                                  mode="conjoined"))
     method, device = model.method, _device(model)
     xt = torch.from_numpy(np.stack([w.ref_ids for w in windows])).to(device)  # (B, W)
     widths = [len(w.ref_ids_allele) for w in windows]
@@ -286,18 +296,30 @@ def score_masked_marginal(model: LoadedModel, windows: Sequence[Window]) -> list
     return out
 
 
+def _ar_log_likelihood(model: LoadedModel, x: torch.Tensor) -> torch.Tensor:
+    """(N,) exact log p of windows x (N, W) under an AR model, each started from BOS."""
+    logits = model.backbone(model.method.shift_right(x))  # (N, W, V): position j predicts x_j
+    return torch.log_softmax(logits.double(), dim=-1).gather(-1, x[..., None])[..., 0].sum(-1)  # (N,)
+
+
 @torch.no_grad()
-def score_exact_ar(model: LoadedModel, windows: Sequence[Window]) -> list[dict[str, float]]:
-    """AR: log p(window with alt) - log p(window with ref), each summed over every base of the window."""
-    method, device = model.method, _device(model)
+def score_exact_ar(model: LoadedModel, windows: Sequence[Window], rc_conjoin: bool = False
+                   ) -> list[dict[str, float]]:
+    """AR: log p(window with alt) - log p(window with ref), each summed over every base of the window.
+
+    rc_conjoin: score the strand mixture p(w) = (p_theta(w) + p_theta(RC w)) / 2 instead, an RC-invariant
+    distribution whose ratio is exact too (strand symmetry for a causal model is sequence-level).
+    """
+    device = _device(model)
     ref = np.stack([w.ref_ids for w in windows])  # (B, W)
     alt = ref.copy()
     for i, w in enumerate(windows):
         alt[i, w.offset: w.offset + len(w.alt_ids_allele)] = w.alt_ids_allele
     x = torch.from_numpy(np.concatenate([ref, alt])).to(device)  # (2B, W)
-    logits = model.backbone(method.shift_right(x))  # (2B, W, V): position j predicts x_j
-    log_probs = torch.log_softmax(logits.double(), dim=-1).gather(-1, x[..., None])[..., 0]  # (2B, W)
-    totals = log_probs.sum(-1)  # (2B,)
+    totals = _ar_log_likelihood(model, x)  # (2B,)
+    if rc_conjoin:
+        other = _ar_log_likelihood(model, rc_tokens(x, model.tokenizer.complement_ids))  # (2B,)
+        totals = torch.logaddexp(totals, other) - math.log(2.0)
     B = len(windows)
     return [{"log_p_ref": totals[i].item(), "log_p_alt": totals[B + i].item(),
              "llr": totals[B + i].item() - totals[i].item()} for i in range(B)]
@@ -305,7 +327,8 @@ def score_exact_ar(model: LoadedModel, windows: Sequence[Window]) -> list[dict[s
 
 @dataclass(frozen=True)
 class Scorer:
-    run: Callable[[LoadedModel, Sequence[Window]], list[dict[str, float]]]
+    run: Callable[..., list[dict[str, float]]]
+    """(model, windows, rc_conjoin) -> one {"llr", "log_p_ref", "log_p_alt"} per window."""
     kind: str
     """What the score is, written in every output row."""
 
@@ -320,8 +343,12 @@ SCORERS: dict[str, Scorer] = {
 
 # ---------------------------------------------------------------------------------------------- driver
 def score_variants(model: LoadedModel, fasta: FastaHandle, variants: Sequence[Variant], window: int | None = None,
-                   batch_size: int = 16, progress: bool = False) -> list[dict[str, Any]]:
-    """One output row per variant (table order): the inputs, the window and the score in nats."""
+                   batch_size: int = 16, progress: bool = False, rc_conjoin: bool = False) -> list[dict[str, Any]]:
+    """One output row per variant (table order): the inputs, the window and the score in nats.
+
+    rc_conjoin: both strands (diffusion: the denoiser's probabilities averaged over the strands; AR: the
+    strand mixture of the two windows' likelihoods). The model is not modified.
+    """
     check_model(model, str(model.path))
     window = window or model.seq_len
     if not 1 <= window <= model.model_config.max_seq_len:
@@ -337,7 +364,7 @@ def score_variants(model: LoadedModel, fasta: FastaHandle, variants: Sequence[Va
         batches = tqdm(batches, desc="score", unit="batch")
     position = {id(w): i for i, w in enumerate(windows)}
     for group in batches:
-        for w, s in zip(group, scorer.run(model, group)):
+        for w, s in zip(group, scorer.run(model, group, rc_conjoin)):
             scores[position[id(w)]] = s
     rows = []
     for i, w in enumerate(windows):
