@@ -346,3 +346,28 @@ def test_export_refuses_an_rc_model(tmp_path):
     with pytest.raises(ExportError, match="model.rc_equivariant=shared"):
         export_model(model, tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+def test_probe_encoder_reads_every_layer_of_an_rc_model_and_copies():
+    """The probes' layer search hooks the inner modules (which see [x; RC x]): still one state per sequence,
+    equal to hidden_states(layer=k), and strand-invariant after pooling; the wrapper deep-copies (fine-tuning)."""
+    import copy
+    import pickle
+
+    from seqdiff.probes.embeddings import BackboneEncoder
+
+    model = make("shared", False).float()
+    ids, mask = batch(True)
+    encoder = BackboneEncoder(model, COMP, all_layers=True)
+    layers = encoder(ids, mask)  # (B, n_layers + 1, H)
+    assert layers.shape == (4, model.config.n_layers + 1, model.config.hidden_size)
+    for k in range(model.config.n_layers + 1):
+        h = model.hidden_states(ids, None, mask, layer=k if k < model.config.n_layers else None)
+        want = (h * mask[..., None]).sum(1) / mask.sum(1, keepdim=True)
+        torch.testing.assert_close(layers[:, k], want, rtol=1e-5, atol=1e-5)
+    rc_layers = encoder(rc_tokens(ids, COMP), rc_mask(mask))
+    torch.testing.assert_close(rc_layers, layers, rtol=1e-5, atol=1e-5)  # mean pooling: strand-invariant
+    twin = copy.deepcopy(model)
+    assert isinstance(twin, RCEquivariant) and twin.inner is not model.inner
+    torch.testing.assert_close(twin(ids, None, mask), model(ids, None, mask))
+    torch.testing.assert_close(pickle.loads(pickle.dumps(model))(ids, None, mask), model(ids, None, mask))

@@ -170,9 +170,15 @@ class RCEquivariant(nn.Module):
         """
         if kv_cache is not None:
             raise ValueError("an RC-equivariant backbone is bidirectional: it has no kv_cache")
-        both = self.strand_hidden_states(input_ids, noise_level, attention_mask, layer=layer)  # (B, L, 2H)
-        here, there = both.chunk(2, dim=-1)
-        return 0.5 * (here + there)
+        by_layer = {} if layer is None else {"layer": layer}
+        h = self.inner.hidden_states(*self._both_strands(input_ids, noise_level, attention_mask), **by_layer)
+        return self.combine_strands(h)  # (B, L, H)
+
+    def combine_strands(self, h: Tensor) -> Tensor:
+        """An inner module's output on the batch [x; RC x] (2B, L, H) -> the strand average (B, L, H), as in
+        `hidden_states`; for readers that hook the inner modules (probes choosing a layer)."""
+        B = h.shape[0] // 2
+        return 0.5 * (h[:B] + h[B:].flip(-2))
 
     def new_kv_cache(self, *args, **kwargs):
         raise ValueError("an RC-equivariant backbone is bidirectional: it has no kv_cache")
