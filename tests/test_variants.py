@@ -352,3 +352,33 @@ def test_score_command_refusals(tmp_path, capsys):
         assert not out.exists()
 
 
+
+
+def test_time_conditioned_models_are_read_at_the_variants_mask_share(genome, tmp_path):
+    from seqdiff.evaluation.variants import _time_for_share
+
+    method = MDLM(MethodConfig(), TOK)
+    for share in (1 / 24, 0.5):  # log-linear schedule: 1 - alpha(t) = (1 - 1e-3) t
+        assert abs(_time_for_share(method, share) - share / (1 - 1e-3)) < 1e-12
+    P, chroms, fa = genome
+    seen = []
+
+    class Recorder(MDLMChainOracle):
+        def forward(self, input_ids, noise_level=None, attention_mask=None):
+            seen.append(noise_level)
+            return super().forward(input_ids, noise_level, attention_mask)
+
+    model = loaded("mdlm", P)
+    model.backbone = Recorder(P, 64)
+    seq = chroms["chrS1"]
+    table = write_table(tmp_path / "v.tsv", [("chrS1", 100, seq[99], "A" if seq[99] != "A" else "C", "x")])
+    score_variants(model, open_fasta(fa), read_variants(table))
+    torch.testing.assert_close(seen[0], method.noise_level(torch.tensor([1 / 24 / (1 - 1e-3)])))
+
+
+def test_window_longer_than_the_model_is_refused(genome, tmp_path):
+    P, chroms, fa = genome
+    table = write_table(tmp_path / "v.tsv", [("chrS1", 5, chroms["chrS1"][4], "A" if chroms["chrS1"][4] != "A"
+                                              else "C", "x")])
+    with pytest.raises(VariantError, match=r"--window 65 must lie in \[1, model.max_seq_len=64\]"):
+        score_variants(loaded("ar", P), open_fasta(fa), read_variants(table), window=65)

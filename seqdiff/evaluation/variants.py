@@ -283,7 +283,8 @@ def score_masked_marginal(model: LoadedModel, windows: Sequence[Window], rc_conj
     for i, w in enumerate(windows):
         xt[i, w.offset: w.offset + widths[i]] = method.mask_id
     shares = torch.tensor([widths[i] / xt.shape[1] for i in range(len(windows))], dtype=torch.float64)
-    t = torch.tensor([_time_for_share(method, float(s)) for s in shares], device=device)  # (B,)
+    times = {float(x): _time_for_share(method, float(x)) for x in set(shares.tolist())}  # one bisection per share
+    t = torch.tensor([times[float(x)] for x in shares], device=device)  # (B,)
     probs = method.denoise(model.backbone, xt, t)  # (B, W, V) float64, zero mass on MASK
     log_probs = probs.clamp_min(1e-300).log()
     out = []
