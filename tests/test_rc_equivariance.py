@@ -371,3 +371,13 @@ def test_probe_encoder_reads_every_layer_of_an_rc_model_and_copies():
     assert isinstance(twin, RCEquivariant) and twin.inner is not model.inner
     torch.testing.assert_close(twin(ids, None, mask), model(ids, None, mask))
     torch.testing.assert_close(pickle.loads(pickle.dumps(model))(ids, None, mask), model(ids, None, mask))
+
+
+def test_an_nce_energy_starts_from_an_rc_mdlm():
+    from seqdiff.edlm.nce_energy import EnergyNet
+
+    _, backbone, _ = build_model(ModelConfig(hidden_size=16, n_layers=1, n_heads=2, rc_equivariant="shared"),
+                                 MethodConfig(), TOK)
+    net = EnergyNet.from_mdlm(backbone, TOK.vocab_size, TOK.mask_id)
+    assert isinstance(net.trunk, DiT) and net.model_config.rc_equivariant == "none"
+    torch.testing.assert_close(net.trunk.blocks[0].mlp.fc.weight, backbone.inner.blocks[0].mlp.fc.weight)
