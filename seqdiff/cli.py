@@ -446,6 +446,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "e.g. 10-20,40-55); the other given tokens are kept")
     p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass in (0, 1] (MDLM, AR)")
     p.add_argument("--stop-at-eos", action="store_true", help="cut each sample at its first EOS")
+    p.add_argument("--rc-conjoin", action="store_true",
+                   help="DNA diffusion models: average the predictions on both strands (post-hoc reverse-complement "
+                        "conjoining, Caduceus-Ph)")
     p.add_argument("--metrics", action="store_true",
                    help="print entropy, distinct-n, repetition, lengths (and GC / k-mer distance for DNA)")
     p.add_argument("--oracle", help="causal LM for generative perplexity: a seqdiff AR run / checkpoint or a "
@@ -455,9 +458,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--energy", help="--sampler edlm: KIND:PATH (ar:AR_RUN, coar:AR_RUN or nce:ENERGY.pt)")
     p.add_argument("--edlm-k", type=int, default=2, help="--sampler edlm: candidates per importance step")
     p.add_argument("--edlm-window", type=float, default=0.2, help="--sampler edlm: importance steps for t >= 1 - w")
-    p.add_argument("--rc-conjoin", action="store_true",
-                   help="DNA diffusion models: average the predictions on both strands (post-hoc reverse-complement "
-                        "conjoining, Caduceus-Ph)")
     p.set_defaults(func=cmd_sample)
 
     from seqdiff.edlm.cli import add_parser as add_edlm_parser
