@@ -1,4 +1,4 @@
-"""The `seqdiff` command: train, eval, sample, probe, quickstart, bench, config.
+"""The `seqdiff` command: train, eval, sample, score, probe, quickstart, bench, config.
 
 Every user error (a bad file, key, value, checkpoint or sampler: a `seqdiff.errors.SeqdiffError`) ends in one
 line on stderr naming what is wrong and exit status 2; any other exception is a bug and keeps its traceback.
@@ -55,6 +55,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     sources = parse_sources(args.sources, args.split)  # in command-line order, checked before loading the model
     model = load_checkpoint(args.checkpoint, device=args.device, use_ema=not args.no_ema)
+    if args.rc_conjoin:
+        from seqdiff.backbones.rc_equivariant import conjoin_loaded
+
+        conjoin_loaded(model)
     torch.manual_seed(args.seed)
     options = {"num_t_samples": args.num_t_samples, "seed": args.seed, "progress": not args.json}
     reports = []
@@ -73,6 +77,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
                        "data": f"{data_config.kind} {args.split} split"})
         reports.append(report)
     common = {"checkpoint": str(model.path), "step": model.step, "ema_weights": model.ema}
+    if args.rc_conjoin:
+        common["rc_conjoined"] = True
     for report in reports:
         report.update(common)
     if len(reports) == 1:  # one source: the flat report, as before zero-shot tables existed
@@ -129,6 +135,10 @@ def cmd_sample(args: argparse.Namespace) -> int:
     if (args.oracle or args.reference) and not args.metrics:
         args.metrics = True
     model = load_checkpoint(args.checkpoint, device=args.device, use_ema=not args.no_ema)
+    if args.rc_conjoin:
+        from seqdiff.backbones.rc_equivariant import conjoin_loaded
+
+        conjoin_loaded(model)
     length = args.length or args.seq_len
     given = None
     if args.prompt is not None:
@@ -271,6 +281,44 @@ def _layer(value: str) -> int | str:
         raise argparse.ArgumentTypeError(f"--layer takes an integer or 'best', not {value!r}") from None
 
 
+# ---------------------------------------------------------------------------------------------- score
+def cmd_score(args: argparse.Namespace) -> int:
+    """Log-likelihood ratio of alt against ref for every variant of a table (seqdiff.evaluation.variants)."""
+    from seqdiff.checkpoint import load_checkpoint
+    from seqdiff.data.genome import open_fasta
+    from seqdiff.evaluation.generate import write_atomically
+    from seqdiff.evaluation.variants import (
+        SCORE_NOTES,
+        SCORERS,
+        check_model,
+        format_rows,
+        read_variants,
+        score_variants,
+    )
+
+    fmt = args.format
+    if fmt == "auto":
+        fmt = "json" if args.out and args.out.lower().endswith(".json") else "tsv"
+    variants = read_variants(args.variants)  # malformed rows are refused before the model is loaded
+    model = load_checkpoint(args.checkpoint, device=args.device, use_ema=not args.no_ema)
+    check_model(model, args.checkpoint)
+    fasta = open_fasta(args.fasta)
+    rows = score_variants(model, fasta, variants, window=args.window, batch_size=args.batch_size,
+                          progress=args.out is not None, rc_conjoin=args.rc_conjoin)
+    kind = SCORERS[model.method.name].kind
+    header = {"checkpoint": str(model.path), "step": model.step, "method": model.method.name,
+              "ema_weights": model.ema, "rc_conjoined": bool(args.rc_conjoin), "fasta": str(args.fasta),
+              "variants_file": str(args.variants), "window": args.window or model.seq_len,
+              "score": kind, "llr_units": "nats", "note": SCORE_NOTES[kind]}
+    text = format_rows(rows, fmt, header)
+    if args.out:
+        write_atomically(args.out, text)
+        print(f"{len(rows)} variants scored ({kind}); written: {args.out}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
 # ---------------------------------------------------------------------------------------------- others
 def cmd_quickstart(args: argparse.Namespace) -> int:
     from pipelines.quickstart import run_quickstart
@@ -359,6 +407,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--out", help="JSON file for the results (default: <run>/eval/<data>.json, or zeroshot.json "
                                  "for several sources)")
+    p.add_argument("--rc-conjoin", action="store_true",
+                   help="DNA diffusion models: average the predictions on both strands (post-hoc reverse-complement "
+                        "conjoining, Caduceus-Ph)")
     p.set_defaults(func=cmd_eval)
 
     p = sub.add_parser("sample", parents=[common], help="generate sequences")
@@ -384,6 +435,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "e.g. 10-20,40-55); the other given tokens are kept")
     p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass in (0, 1] (MDLM, AR)")
     p.add_argument("--stop-at-eos", action="store_true", help="cut each sample at its first EOS")
+    p.add_argument("--rc-conjoin", action="store_true",
+                   help="DNA diffusion models: average the predictions on both strands (post-hoc reverse-complement "
+                        "conjoining, Caduceus-Ph)")
     p.add_argument("--metrics", action="store_true",
                    help="print entropy, distinct-n, repetition, lengths (and GC / k-mer distance for DNA)")
     p.add_argument("--oracle", help="causal LM for generative perplexity: a seqdiff AR run / checkpoint or a "
@@ -451,6 +505,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="cpu", help="cpu, cuda, ...")
     p.add_argument("--no-ema", action="store_true", help="use the raw weights instead of the EMA weights")
     p.set_defaults(func=cmd_probe)
+
+    p = sub.add_parser("score", parents=[common],
+                       help="zero-shot variant effects: log p(alt) / p(ref) of a DNA model around each variant")
+    p.add_argument("--fasta", required=True, help="the reference FASTA (plain or bgzip) the variants refer to")
+    p.add_argument("--variants", required=True,
+                   help="a VCF, or a TSV / CSV with a header naming chrom, pos (1-based), ref, alt (other columns "
+                        "are carried to the output)")
+    p.add_argument("--window", type=int, default=None,
+                   help="bases of reference context around each variant (default: the model's training length)")
+    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--format", choices=["auto", "tsv", "json"], default="auto",
+                   help="output format (auto: json for an --out ending in .json, else tsv)")
+    p.add_argument("--out", help="output file (default: TSV on stdout)")
+    p.add_argument("--rc-conjoin", action="store_true",
+                   help="both strands: diffusion models average the denoiser's predictions over them; AR models "
+                        "score the strand mixture (p(w) + p(RC w)) / 2, still exactly")
+    p.set_defaults(func=cmd_score)
 
     p = sub.add_parser("quickstart", help="train MDLM and AR on the shipped Shakespeare slice, offline")
     p.add_argument("--out", default="reports/quickstart", help="report folder")

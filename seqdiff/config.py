@@ -68,6 +68,8 @@ class ModelConfig:
     """MLP nonlinearity: gelu_tanh (tanh approximation, MDLM; also checkpoints without the key) or exact gelu (BERT)."""
     init_from: str | None = None
     """BERT weights to start training from (backbone bert): a Hugging Face directory or a data source (bert-vocab)."""
+    rc_equivariant: Literal["none", "shared", "conjoined"] = "none"
+    """DNA reverse-complement equivariance (seqdiff.backbones.rc_equivariant): none, shared or conjoined."""
 
     def __post_init__(self) -> None:
         if self.hidden_size % self.n_heads != 0:
@@ -79,6 +81,10 @@ class ModelConfig:
         activations = typing.get_args(typing.get_type_hints(ModelConfig)["activation"])
         if self.activation not in activations:
             raise ConfigError(f"model.activation={self.activation!r} is not allowed; choose one of {list(activations)}")
+        rc_modes = typing.get_args(typing.get_type_hints(ModelConfig)["rc_equivariant"])
+        if self.rc_equivariant not in rc_modes:
+            raise ConfigError(f"model.rc_equivariant={self.rc_equivariant!r} is not allowed; "
+                              f"choose one of {list(rc_modes)}")
 
 
 @dataclass

@@ -5,16 +5,19 @@ A class that can start from published weights (`model.init_from`) also has `conf
 (the ModelConfig fields the weights fix) and `load_pretrained(path)`. `head_parameters()` lists the output
 head's parameters (what acts after the last block), for `train.freeze_backbone_steps` and
 `train.backbone_lr_scale`.
+`model.rc_equivariant` (shared / conjoined) wraps the backbone in `RCEquivariant`, which needs the
+tokenizer's complement map (`complement_ids`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 
-from torch import nn
+from torch import Tensor, nn
 
 from seqdiff.backbones.bert import Bert, BertLayer
 from seqdiff.backbones.dit import DiT, DiTBlock, KVCache
+from seqdiff.backbones.rc_equivariant import RCEquivariant, wrap_rc
 from seqdiff.config import ConfigError, ModelConfig
 
 BACKBONES: dict[str, type] = {"dit": DiT, "bert": Bert}
@@ -22,15 +25,23 @@ BLOCKS: tuple[type, ...] = (DiTBlock, BertLayer)
 """The transformer block classes of the backbones: FSDP shards each one as a unit (train.strategy=fsdp, fsdp2)."""
 
 
-def build_backbone(cfg: ModelConfig, vocab_size: int, causal: bool) -> nn.Module:
-    """Instantiate the backbone named by `cfg.backbone`."""
+def build_backbone(cfg: ModelConfig, vocab_size: int, causal: bool, complement_ids: Tensor | None = None
+                   ) -> nn.Module:
+    """Instantiate the backbone named by `cfg.backbone` (RC-equivariant when `cfg.rc_equivariant` asks for it)."""
     try:
         cls = BACKBONES[cfg.backbone]
     except KeyError:
         raise ConfigError(f"model.backbone={cfg.backbone!r} is unknown; choose one of {sorted(BACKBONES)}") from None
     if cfg.time_conditioning is None:  # left to the method (seqdiff.methods.build_model); a bare backbone: off
         cfg = dataclasses.replace(cfg, time_conditioning=False)
-    return cls(cfg, vocab_size=vocab_size, causal=causal)
+    if cfg.rc_equivariant != "none":
+        if causal:  # checked before the complement map: an AR recipe fails here whatever its tokenizer
+            raise ConfigError(f"model.rc_equivariant={cfg.rc_equivariant} needs a bidirectional model; a causal "
+                              "(AR) model cannot be RC-equivariant per position (set model.rc_equivariant=none)")
+        if complement_ids is None:
+            raise ConfigError(f"model.rc_equivariant={cfg.rc_equivariant} needs a tokenizer with a complement map "
+                              "(data.tokenizer=nucleotide); this tokenizer has none")
+    return wrap_rc(cls(cfg, vocab_size=vocab_size, causal=causal), cfg.rc_equivariant, complement_ids)
 
 
 def _pretrained_class(cfg: ModelConfig) -> type:
@@ -58,5 +69,5 @@ def load_pretrained(backbone: nn.Module, cfg: ModelConfig) -> dict[str, list[str
     return backbone.load_pretrained(cfg.init_from)
 
 
-__all__ = ["BACKBONES", "BLOCKS", "Bert", "DiT", "KVCache", "build_backbone", "load_pretrained",
+__all__ = ["BACKBONES", "BLOCKS", "Bert", "DiT", "KVCache", "RCEquivariant", "build_backbone", "load_pretrained",
            "pretrained_model_config"]

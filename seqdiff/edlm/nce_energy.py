@@ -34,7 +34,8 @@ class EnergyNet(nn.Module):
 
     def __init__(self, model_config: ModelConfig, vocab_size: int, mask_id: int):
         super().__init__()
-        self.model_config = dataclasses.replace(model_config, time_conditioning=False)
+        # the trunk reads flagged ids [0, 2V), which have no complement map: never RC-equivariant
+        self.model_config = dataclasses.replace(model_config, time_conditioning=False, rc_equivariant="none")
         self.vocab_size, self.mask_id = vocab_size, mask_id
         self.trunk = build_backbone(self.model_config, 2 * vocab_size, causal=False)
         self.trunk.output = nn.Identity()  # only hidden states are read
@@ -45,6 +46,7 @@ class EnergyNet(nn.Module):
     @classmethod
     def from_mdlm(cls, backbone: nn.Module, vocab_size: int, mask_id: int) -> EnergyNet:
         """A new energy network whose trunk starts from the MDLM backbone's weights."""
+        backbone = getattr(backbone, "inner", backbone)  # an RC-equivariant MDLM: its shared network
         net = cls(backbone.config, vocab_size, mask_id)
         source = backbone.state_dict()
         target = net.trunk.state_dict()

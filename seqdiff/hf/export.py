@@ -102,6 +102,9 @@ def export_checkpoint(checkpoint: str | Path, out_dir: str | Path, use_ema: bool
 def export_model(model: LoadedModel, out_dir: str | Path, overwrite: bool = False,
                  source: Path | None = None, encoder_alpha: float = 1.0) -> Path:
     """Write a loaded model (see `seqdiff.checkpoint.load_checkpoint`) as a Hugging Face directory."""
+    if model.model_config.rc_equivariant != "none":  # the transformers shim builds a plain DiT
+        raise ExportError(f"model.rc_equivariant={model.model_config.rc_equivariant}: an RC-equivariant model "
+                          "cannot be exported to the Hugging Face layout yet; load its checkpoint with seqdiff")
     return write_export(out_dir, model.backbone.state_dict(), model.model_config, model.method_config,
                         model.tokenizer, model.seq_len, data_config=model.data_config, step=model.step,
                         ema=model.ema, overwrite=overwrite, source=source, encoder_alpha=encoder_alpha)

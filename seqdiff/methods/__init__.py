@@ -7,6 +7,7 @@ import dataclasses
 from torch import nn
 
 from seqdiff.backbones import build_backbone
+from seqdiff.backbones.rc_equivariant import CONJOINABLE_METHODS
 from seqdiff.config import ConfigError, MethodConfig, ModelConfig
 from seqdiff.methods.ar import AR
 from seqdiff.methods.base import Batch, Method, MethodOutput
@@ -36,7 +37,11 @@ def build_model(model: ModelConfig, method_config: MethodConfig, tokenizer: Toke
     """Method + a backbone that suits it (causal or not, time-conditioned or not); the one place both meet."""
     method = build_method(method_config, tokenizer)
     model = resolve_model_config(model, method)
-    backbone = build_backbone(model, tokenizer.vocab_size, causal=method.causal)
+    if model.rc_equivariant == "conjoined" and not method.causal and method.name not in CONJOINABLE_METHODS:
+        raise ConfigError(f"model.rc_equivariant=conjoined averages predicted probabilities: for methods "
+                          f"{list(CONJOINABLE_METHODS)}, not method.name={method.name!r} (use shared)")
+    backbone = build_backbone(model, tokenizer.vocab_size, causal=method.causal,
+                              complement_ids=getattr(tokenizer, "complement_ids", None))
     method.check_backbone(backbone)
     return method, backbone, model
 

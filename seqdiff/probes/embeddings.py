@@ -90,6 +90,9 @@ class BackboneEncoder(nn.Module):
             self.layer = saved
             for h in hooks:
                 h.remove()
+        combine = getattr(self.backbone, "combine_strands", None)  # an RC-equivariant backbone hooks 2B rows
+        if combine is not None:
+            captured = [combine(h) for h in captured]
         return torch.stack([*(self.pool(h.float(), mask) for h in captured), final], dim=1)
 
     def forward(self, ids: Tensor, mask: Tensor) -> Tensor:

@@ -226,7 +226,8 @@ def random_init_like(model: ProbeModel, seed: int) -> ProbeModel:
 
     torch.manual_seed(seed)
     cfg = model.backbone.config
-    backbone = build_backbone(cfg, model.backbone.vocab_size, causal=model.backbone.causal).eval()
+    backbone = build_backbone(cfg, model.backbone.vocab_size, causal=model.backbone.causal,
+                              complement_ids=getattr(model.backbone, "complement_ids", None)).eval()
     return dataclasses.replace(model, name=f"random init ({model.name} architecture)", backbone=backbone,
                                method="none", step=0, path="", pretrained=False)
 
