@@ -31,3 +31,19 @@ def test_quickstart_end_to_end_and_reuse(tmp_path, capsys, monkeypatch):
     # a later call reuses finished runs instead of training again
     assert qs._run_state(runs / "mdlm", 2) == "done" and qs._run_state(runs / "mdlm", 3) == "partial"
     assert qs._run_state(tmp_path / "nothing", 2) == "new"
+
+
+def test_sweep_candidates_are_valid_recipes_and_bad_names_are_refused(capsys):
+    import pytest
+
+    from pipelines import quickstart_sweep as sweep
+
+    for name, overrides in sweep.CANDIDATES.items():
+        for method in ("mdlm", "ar"):
+            config = sweep.candidate_config(name, overrides, method)
+            assert config.method.name == method and config.train.val_every <= config.train.max_steps
+    wide = sweep.candidate_config("w", ["model.hidden_size=192", "model.n_layers=3", "model.n_heads=3"], "ar")
+    assert (wide.model.hidden_size, wide.model.n_layers) == (192, 3)  # the preset does not win over the sweep
+    with pytest.raises(SystemExit):
+        sweep.main(["--candidate", "nope"])
+    assert "unknown" in capsys.readouterr().err

@@ -1,0 +1,143 @@
+"""Choose the quickstart recipe by a measured sweep: each candidate trains MDLM and AR on the quickstart's data
+and is scored on the *validation* play (never the test play), with its training seconds.
+
+    python -m pipelines.quickstart_sweep --out reports/quickstart_sweep --run-root runs/quickstart_sweep \
+        [--candidate NAME] [--threads 2]
+
+A candidate is a list of `section.key=value` overrides of the quickstart recipe (CANDIDATES below, or
+`--extra NAME:key=value,key=value`). Finished runs are reused, so an interrupted sweep resumes where it
+stopped. Writes results.json (every run: validation bits per character, training seconds, steps, tokens) and
+README.md (the table and the command). The choice of the quickstart recipe is made by a person from it,
+under the quickstart's time budget; this command only measures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import shlex
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from pipelines.quickstart import METHODS, NUM_T_SAMPLES, QUICKSTART
+from seqdiff.checkpoint import load_checkpoint, read_checkpoint
+from seqdiff.config import ConfigError, RunConfig, from_dict, to_dict
+from seqdiff.config import apply_overrides as apply_config_overrides
+from seqdiff.data.text import split_path, tokenize_file
+from seqdiff.evaluation.generate import write_atomically
+from seqdiff.evaluation.likelihood import evaluate_tokens
+from seqdiff.training.run import LAST_CHECKPOINT, train
+
+CANDIDATES: dict[str, list[str]] = {
+    "baseline": [],
+    "lr4e-3": ["train.lr=4e-3"],
+    "batch64-500": ["data.batch_size=64", "train.max_steps=500", "train.lr=3e-3"],
+    "w192-l3-500": ["model.hidden_size=192", "model.n_layers=3", "model.n_heads=3", "train.max_steps=500"],
+    "w256-l2-500": ["model.hidden_size=256", "model.n_layers=2", "model.n_heads=4", "train.max_steps=500"],
+}
+"""Recipes tried, as overrides of pipelines.quickstart.QUICKSTART (the preset's width is overridden too)."""
+
+
+def candidate_config(name: str, overrides: list[str], method: str):
+    data = apply_config_overrides(to_dict(QUICKSTART), [*overrides, f"method.name={method}", "model.preset=null"])
+    config = from_dict(RunConfig, data)
+    t = config.train
+    steps = t.max_steps
+    config = dataclasses.replace(config, name=f"sweep-{name}-{method}", train=dataclasses.replace(
+        t, val_every=min(t.val_every, steps), checkpoint_every=min(t.checkpoint_every, steps),
+        warmup_steps=min(t.warmup_steps, steps)))
+    return config
+
+
+def run_candidate(name: str, overrides: list[str], run_root: Path) -> dict:
+    out = {"overrides": overrides, "methods": {}}
+    for method in METHODS:
+        config = candidate_config(name, overrides, method)
+        run_dir = run_root / name / method
+        last = run_dir / LAST_CHECKPOINT
+        done = last.is_file() and read_checkpoint(last).get("global_step", 0) >= config.train.max_steps
+        if not done:
+            train(config, run_dir, resume=last.is_file())
+        timing = run_dir / "timing.json"
+        seconds = json.loads(timing.read_text())["train_seconds"] if timing.is_file() else float("nan")
+        model = load_checkpoint(run_dir)
+        tokens = tokenize_file(split_path(config.data, "valid"), model.tokenizer)
+        report = evaluate_tokens(model, tokens, batch_size=config.data.eval_batch_size,
+                                 num_t_samples=NUM_T_SAMPLES if method != "ar" else 1, seed=0)
+        out["methods"][method] = {
+            "valid_bits_per_character": report["bits_per_character"], "bound": report["bound"],
+            "train_seconds": seconds, "steps": model.step,
+            "parameters": sum(p.numel() for p in model.backbone.parameters()),
+            "tokens_seen": model.step * config.data.batch_size * config.data.seq_len,
+        }
+    m, a = out["methods"]["mdlm"], out["methods"]["ar"]
+    out["relative_gap_bits"] = m["valid_bits_per_character"] / a["valid_bits_per_character"] - 1
+    return out
+
+
+def _readme(results: dict) -> str:
+    lines = ["# Quickstart sweep (validation play only)", "",
+             f"Made by `{results['command']}` ({results['torch_threads']} torch threads, load average "
+             f"{results['load_average_at_start']:.1f} at the start; seconds depend on the machine's load). "
+             "Numbers from `results.json`. Bits per character on the validation play (MDLM: NELBO bound with "
+             f"{NUM_T_SAMPLES} time samples per block; AR: exact).", "",
+             "| candidate | overrides | MDLM valid bits | AR valid bits | gap | MDLM train s | AR train s | params |",
+             "|---|---|---|---|---|---|---|---|"]
+    for name, r in results["candidates"].items():
+        m, a = r["methods"]["mdlm"], r["methods"]["ar"]
+        lines.append(f"| {name} | {' '.join(r['overrides']) or '(quickstart recipe)'} | "
+                     f"{m['valid_bits_per_character']:.4f} | {a['valid_bits_per_character']:.4f} | "
+                     f"{100 * r['relative_gap_bits']:+.1f}% | {m['train_seconds']:.0f} | {a['train_seconds']:.0f} | "
+                     f"{m['parameters']:,} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    p = argparse.ArgumentParser(prog="python -m pipelines.quickstart_sweep", description=__doc__.split("\n")[0])
+    p.add_argument("--out", default="reports/quickstart_sweep")
+    p.add_argument("--run-root", default="runs/quickstart_sweep")
+    p.add_argument("--candidate", action="append", help="run only these (names of CANDIDATES or --extra)")
+    p.add_argument("--extra", action="append", default=[], help="NAME:key=value,key=value (another candidate)")
+    p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    args = p.parse_args(argv)
+    candidates = dict(CANDIDATES)
+    for spec in args.extra:
+        name, _, body = spec.partition(":")
+        if not name or not body:
+            p.error(f"--extra {spec!r}: expected NAME:key=value,key=value")
+        candidates[name] = body.split(",")
+    chosen = args.candidate or list(candidates)
+    unknown = [c for c in chosen if c not in candidates]
+    if unknown:
+        p.error(f"--candidate {unknown}: unknown; choose from {sorted(candidates)}")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    out = Path(args.out)
+    path = out / "results.json"
+    results = json.loads(path.read_text()) if path.is_file() else {"candidates": {}}
+    results.update(command="python -m pipelines.quickstart_sweep " + shlex.join(argv),
+                   torch_threads=torch.get_num_threads(), load_average_at_start=os.getloadavg()[0])
+    start = time.perf_counter()
+    try:
+        for name in chosen:
+            print(f"[sweep] {name}: {' '.join(candidates[name]) or '(quickstart recipe)'}", file=sys.stderr)
+            results["candidates"][name] = run_candidate(name, candidates[name], Path(args.run_root))
+            out.mkdir(parents=True, exist_ok=True)
+            write_atomically(path, json.dumps(results, indent=2) + "\n")
+            write_atomically(out / "README.md", _readme(results))
+    except ConfigError as e:
+        print(f"quickstart_sweep: error: {e}", file=sys.stderr)
+        return 2
+    print(_readme(results))
+    print(f"[sweep] {time.perf_counter() - start:.0f} s", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
