@@ -35,7 +35,7 @@ from seqdiff.backbones import BLOCKS, load_pretrained, pretrained_model_config
 from seqdiff.checkpoint import CheckpointError, latest_readable_checkpoint, step_checkpoints
 from seqdiff.config import RunConfig, TrainConfig, to_dict
 from seqdiff.data import build_data_module
-from seqdiff.methods import build_model
+from seqdiff.methods import build_method, build_model
 from seqdiff.tokenizers import build_tokenizer
 from seqdiff.training.csv_log import ResumableCSVLogger
 from seqdiff.training.ema import EMA
@@ -223,6 +223,7 @@ def train(config: RunConfig, run_dir: str | Path, resume: bool = False,
                 f"model.{k}={new!r} (recipe: {old!r})" for k, (old, new) in changed.items()), file=sys.stderr)
     if config.data.seq_len > config.model.max_seq_len:
         raise RunError(f"data.seq_len={config.data.seq_len} exceeds model.max_seq_len={config.model.max_seq_len}")
+    build_method(config.method, tokenizer).check_recipe(config)  # e.g. bd3lm: method.block_size | data.seq_len
     data = build_data_module(config.data, tokenizer, seed=tcfg.seed)
     data.check_files()  # fail on bad data before anything is written
 
