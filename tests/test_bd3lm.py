@@ -448,3 +448,72 @@ def test_samplers_refuse_the_wrong_method_and_time_conditioning():
         BD3LMSampler(bd3lm(), timed)
     with pytest.raises(SamplerError, match="bd3lm_uncached"):
         BD3LMSampler(bd3lm(), SimpleNamespace(config=SimpleNamespace(time_conditioning=False, max_seq_len=8)))
+
+
+# ---------------------------------------------------------------------------------------------------- pipelines
+FIXTURE = "tests/fixtures/shakespeare_tiny.txt"
+TINY = ["model.preset=test", "model.max_seq_len=32", "data.seq_len=32", "data.batch_size=4",
+        f"data.train_file={FIXTURE}", f"data.valid_file={FIXTURE}", f"data.test_file={FIXTURE}",
+        "train.max_steps=3", "train.val_every=3", "train.val_batches=1", "train.progress_bar=false",
+        "train.ema_decay=0.9", "method.name=bd3lm", "method.block_size=8"]
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    from seqdiff.training.run import train
+
+    root = tmp_path_factory.mktemp("bd3lm_run")
+    train(load_run_config(None, TINY), root / "bd3lm")
+    return root / "bd3lm"
+
+
+def test_train_eval_sample_export(run, tmp_path, capsys):
+    import json
+
+    from seqdiff.checkpoint import load_checkpoint
+    from seqdiff.cli import main
+
+    model = load_checkpoint(run)
+    assert model.method.name == "bd3lm" and model.method.block_size == 8
+    out = tmp_path / "eval.json"
+    assert main(["eval", str(run), "--out", str(out), "--json"]) == 0  # its own test split
+    report = json.loads(out.read_text())
+    assert report["method"] == "bd3lm" and report["bound"] is True and math.isfinite(report["nll_nats_per_token"])
+    assert main(["eval", str(run), "--data", FIXTURE, "--data", FIXTURE, "--out", str(tmp_path / "z.json")]) == 0
+    assert "upper bounds (NELBO)" in capsys.readouterr().out  # zero-shot table
+    # any length beyond the 32-token context, with a prompt, from the default (KV-cached) sampler
+    assert main(["sample", str(run), "--num-samples", "2", "--length", "70", "--steps", "4", "--prompt", "the "]) == 0
+    captured = capsys.readouterr()
+    texts = [block.split("\n", 1)[1] for block in captured.out.split("=== sample ")[1:]]
+    assert len(texts) == 2 and all(t.startswith("the ") for t in texts) and "bd3lm sampler" in captured.err
+    assert main(["sample", str(run), "--num-samples", "1", "--seq-len", "40", "--steps", "4", "--stop-at-eos",
+                 "--sampler", "bd3lm_uncached"]) == 0
+    capsys.readouterr()
+    assert main(["sample", str(run), "--sampler", "cached", "--num-samples", "1"]) == 2
+    assert "cannot drive a 'bd3lm' model" in capsys.readouterr().err
+
+    from transformers import AutoModelForMaskedLM
+
+    from seqdiff.hf import register_auto_classes
+
+    assert main(["export", str(run), str(tmp_path / "hf")]) == 0
+    register_auto_classes()
+    hf = AutoModelForMaskedLM.from_pretrained(tmp_path / "hf").eval()
+    ids = torch.randint(0, model.tokenizer.vocab_size - 1, (2, 24), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        expected = model.method.subs_logits(model.backbone(ids, attn_mask=block_causal_mask(24, 8)))
+        torch.testing.assert_close(hf(input_ids=ids).logits, expected)
+    reloaded = load_checkpoint(tmp_path / "hf")  # seqdiff reads the export back as a bd3lm model
+    assert reloaded.method.name == "bd3lm" and reloaded.method.block_size == 8
+
+
+def test_train_refuses_a_block_size_that_does_not_divide_the_length(tmp_path, capsys):
+    from seqdiff.cli import main
+
+    assert main(["train", "--run-dir", str(tmp_path / "r"), *TINY, "method.block_size=5"]) == 2
+    err = capsys.readouterr().err
+    assert "method.block_size=5 must divide data.seq_len=32" in err and err.count("error:") == 1
+    assert not (tmp_path / "r").exists()
+    assert main(["train", "--run-dir", str(tmp_path / "r"), *TINY, "model.time_conditioning=true"]) == 2
+    assert "model.time_conditioning=false" in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()

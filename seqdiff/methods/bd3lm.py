@@ -124,6 +124,9 @@ class BD3LM(MDLM):
     # ------------------------------------------------------------------ checks
     def check_backbone(self, backbone: nn.Module) -> None:
         cfg = getattr(backbone, "config", None)
+        if getattr(cfg, "backbone", "dit") != "dit":
+            raise ConfigError(f"method.name=bd3lm needs model.backbone=dit (its training pass takes an explicit "
+                              f"block-causal attention mask), got model.backbone={cfg.backbone!r}")
         if getattr(cfg, "time_conditioning", False):
             raise ConfigError("method.name=bd3lm needs model.time_conditioning=false: every block has its own noise "
                               "level and the clean prefix in the KV cache must not depend on time")
@@ -135,6 +138,9 @@ class BD3LM(MDLM):
     def check_recipe(self, config) -> None:
         """Refuse a recipe (RunConfig) this method cannot train, before anything is written."""
         seq_len, context = config.data.seq_len, config.model.max_seq_len
+        if config.model.backbone != "dit":
+            raise ConfigError(f"method.name=bd3lm needs model.backbone=dit (its training pass takes an explicit "
+                              f"block-causal attention mask), got model.backbone={config.model.backbone!r}")
         if self.block_size > context:
             raise ConfigError(f"method.block_size={self.block_size} exceeds the model's context "
                               f"model.max_seq_len={context}")
@@ -151,6 +157,11 @@ class BD3LM(MDLM):
                               f"e.g. one of {divisors(seq_len)}")
 
     # ------------------------------------------------------------------ forward
+    def attention_structure(self, seq_len: int, device) -> Tensor:
+        """(L, L) bool: how a sequence of clean blocks (+ a noisy last block) is read at inference: block-causal.
+        Exported models (seqdiff.hf) run their forward under it."""
+        return block_causal_mask(seq_len, self.block_size, str(device))
+
     def block_logits(self, backbone: nn.Module, xt: Tensor, x0: Tensor,
                      attention_mask: Tensor | None = None) -> Tensor:
         """Denoiser logits (B, L, V) of every block given its clean prefix, in one pass over x_t + x_0."""
