@@ -35,10 +35,12 @@ FRONTIER_SAMPLERS: dict[str, tuple[str, ...]] = {
     "mdlm": ("ancestral", "cached", "edlm"),
     "sedd": ("analytic",),
     "ar": ("ar",),
+    "bd3lm": ("bd3lm", "bd3lm_uncached"),  # steps are per block of method.block_size tokens
 }
 """Registry: a checkpoint's method -> the samplers the frontier runs on it (edlm: with --edlm-energy only)."""
 LABELS = {"ancestral": "MDLM uncached", "cached": "MDLM cached", "analytic": "SEDD analytic", "edlm": "EDLM",
           "ar": "AR (KV cache)"}
+LABELS.update({"bd3lm": "BD3-LM (KV cache)", "bd3lm_uncached": "BD3-LM uncached"})
 
 
 @dataclass

@@ -517,3 +517,19 @@ def test_train_refuses_a_block_size_that_does_not_divide_the_length(tmp_path, ca
     assert main(["train", "--run-dir", str(tmp_path / "r"), *TINY, "model.time_conditioning=true"]) == 2
     assert "model.time_conditioning=false" in capsys.readouterr().err
     assert not (tmp_path / "r").exists()
+
+
+def test_frontier_runs_the_cached_and_uncached_bd3lm_samplers(run, tmp_path):
+    import json
+
+    from seqdiff.cli import main
+    from seqdiff.training.run import train
+
+    ar = tmp_path / "ar"
+    train(load_run_config(None, [*TINY, "method.name=ar"]), ar)
+    out = tmp_path / "frontier"
+    assert main(["frontier", "--checkpoint", str(run), "--checkpoint", str(ar), "--oracle", str(ar), "--steps", "4",
+                 "--length", "32", "--num-samples", "2", "--out", str(out)]) == 0
+    rows = {r["sampler"]: r for r in json.loads((out / "frontier.json").read_text())["rows"]}
+    assert set(rows) == {"bd3lm", "bd3lm_uncached", "ar"}
+    assert rows["bd3lm"]["gen_perplexity"] == rows["bd3lm_uncached"]["gen_perplexity"]  # the same tokens
