@@ -533,3 +533,35 @@ def test_frontier_runs_the_cached_and_uncached_bd3lm_samplers(run, tmp_path):
     rows = {r["sampler"]: r for r in json.loads((out / "frontier.json").read_text())["rows"]}
     assert set(rows) == {"bd3lm", "bd3lm_uncached", "ar"}
     assert rows["bd3lm"]["gen_perplexity"] == rows["bd3lm_uncached"]["gen_perplexity"]  # the same tokens
+
+
+def test_dna_fasta_train_eval_sample(tmp_path, capsys):
+    """GRCh37 slices through the FASTA data module and the nucleotide tokenizer: bits per base, FASTA samples."""
+    import json
+    import shutil
+
+    from seqdiff.cli import main
+
+    stem = "grch37_chr20_slices"
+    for suffix in (".fa", ".fa.gz", ".fa.gz.fai", ".fa.gz.gzi", ".bed"):  # the FASTA first (index not older)
+        shutil.copy(f"tests/fixtures/{stem}{suffix}", tmp_path / f"{stem}{suffix}")
+    overrides = ["model.preset=test", "model.max_seq_len=32", "data.seq_len=32", "data.batch_size=4",
+                 "data.eval_batch_size=8", "data.kind=fasta", "data.tokenizer=nucleotide",
+                 f"data.fasta={tmp_path / (stem + '.fa.gz')}", "data.split_mode=bed",
+                 f"data.bed={tmp_path / (stem + '.bed')}", "train.max_steps=2", "train.val_every=2",
+                 "train.val_batches=1", "train.progress_bar=false", "method.name=bd3lm", "method.block_size=16"]
+    assert main(["train", "--run-dir", str(tmp_path / "run"), *overrides]) == 0
+    out = tmp_path / "eval.json"
+    assert main(["eval", str(tmp_path / "run"), "--out", str(out), "--batch-size", "64"]) == 0
+    report = json.loads(out.read_text())
+    assert report["method"] == "bd3lm" and math.isfinite(report["bits_per_base"])
+    capsys.readouterr()
+    assert main(["sample", str(tmp_path / "run"), "--num-samples", "1", "--length", "50", "--steps", "4"]) == 0
+    fasta = capsys.readouterr().out
+    assert fasta.startswith(">sample_0 sampler=bd3lm")  # (special tokens of the untrained model are not printed)
+    from seqdiff.checkpoint import load_checkpoint
+    from seqdiff.config import SampleConfig
+    from seqdiff.evaluation.generate import generate
+
+    gen = generate(load_checkpoint(tmp_path / "run"), SampleConfig(num_samples=2, batch_size=2, seq_len=50, steps=4))
+    assert gen.sampler == "bd3lm" and gen.lengths == [50, 50]  # beyond the 32-base context
