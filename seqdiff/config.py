@@ -103,6 +103,10 @@ class MethodConfig:
     """bd3lm, training only: smallest mask rate 1 - alpha(t) drawn (the paper's clipped schedule; null: t_min)."""
     clip_max: float | None = None
     """bd3lm, training only: largest mask rate 1 - alpha(t) drawn (null: 1); evaluation always uses [t_min, 1]."""
+    clip_search: list[list[float]] = field(default_factory=list)
+    """bd3lm: candidate [clip_min, clip_max] ranges; each validation picks the least-variance one for training."""
+    clip_search_batches: int = 4
+    """bd3lm, clip_search: validation batches on which the variance of each candidate's estimate is measured."""
 
     def __post_init__(self) -> None:
         if self.num_timesteps < 0:
@@ -125,6 +129,12 @@ class MethodConfig:
         hi = 1.0 if self.clip_max is None else self.clip_max
         if lo >= hi:
             raise ConfigError(f"method.clip_min={self.clip_min} must be below method.clip_max={self.clip_max}")
+        for i, pair in enumerate(self.clip_search):
+            if len(pair) != 2 or not 0 <= pair[0] < pair[1] <= 1:
+                raise ConfigError(f"method.clip_search[{i}]={pair} must be [clip_min, clip_max] with "
+                                  f"0 <= clip_min < clip_max <= 1")
+        if self.clip_search_batches < 1:
+            raise ConfigError(f"method.clip_search_batches must be >= 1, got {self.clip_search_batches}")
 
 
 @dataclass

@@ -565,3 +565,35 @@ def test_dna_fasta_train_eval_sample(tmp_path, capsys):
 
     gen = generate(load_checkpoint(tmp_path / "run"), SampleConfig(num_samples=2, batch_size=2, seq_len=50, steps=4))
     assert gen.sampler == "bd3lm" and gen.lengths == [50, 50]  # beyond the 32-base context
+
+
+def test_clip_search_picks_the_least_variance_range_during_training(tmp_path):
+    import pandas as pd
+
+    from seqdiff.training.run import train
+
+    # the criterion: the 1/t weights of small mask rates make the unclipped estimate the noisiest
+    L = 4
+    oracle = AttentionOracle(random_joint(L, seed=4), L)
+    method = bd3lm(block_size=2)
+    batch = Batch(oracle.states[:32])
+    variances = clip_variance(method, oracle, [batch], [(0.0, 1.0), (0.3, 0.8)], torch.Generator().manual_seed(0),
+                              draws=16)
+    assert variances[(0.3, 0.8)] < variances[(0.0, 1.0)]
+    # in training: every validation measures the candidates and trains on the least-variance one
+    result = train(load_run_config(None, [*TINY, "method.clip_search=[[0.0, 1.0], [0.3, 0.8]]",
+                                          "method.clip_search_batches=2"]), tmp_path / "run")
+    search = next(cb for cb in result.trainer.callbacks if type(cb).__name__ == "ClipSearch")
+    assert set(search.variances) == {(0.0, 1.0), (0.3, 0.8)}
+    assert search.best == min(search.variances, key=search.variances.get)
+    assert result.module.method.train_times == result.module.method.clip_times(*search.best)
+    logged = pd.read_csv(tmp_path / "run" / "logs" / "metrics.csv")[["clip/min", "clip/max"]].dropna()
+    assert tuple(logged.iloc[-1]) == pytest.approx(search.best)
+    state = torch.load(result.checkpoint, weights_only=False)["callbacks"]["ClipSearch"]
+    assert state == {"best": list(search.best)}
+    with pytest.raises(ConfigError, match="method.clip_search is for method.name=bd3lm"):
+        train(load_run_config(None, [*TINY, "method.name=mdlm", "method.clip_search=[[0.3, 0.8]]"]),
+              tmp_path / "mdlm")
+    assert not (tmp_path / "mdlm").exists()
+    with pytest.raises(ConfigError, match=r"method.clip_search\[0\]"):
+        MethodConfig(name="bd3lm", clip_search=[[0.8, 0.3]])

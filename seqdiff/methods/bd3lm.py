@@ -30,7 +30,11 @@ Design choices
   reference: it also redraws x_t until the realized fraction of masked tokens of each block lies in
   [beta, omega] (`training.resample`); we clip the rate only, so x_t keeps the forward process' law given t.
   `clip_variance` measures the variance of the per-batch training estimate for candidate ranges on
-  held-out batches (the paper's "var_min" search); choosing and setting the range is left to the recipe.
+  held-out batches (the paper's "var_min" search); with `method.clip_search` candidates, training runs the
+  search at every validation and trains on the range of least variance (seqdiff.training.clip_search).
+  Difference from the reference: its criterion is the variance over the batch of the per-block losses of
+  one draw (data and noise variance mixed); ours is the variance over noise draws of the batch's mean
+  estimate, averaged over batches (the noise variance of the objective the optimizer sees).
 - Time conditioning is refused: each block has its own noise level (adaLN conditions a whole sequence on
   one), and the clean prefix held in the sampler's KV cache must not depend on the time. The reference
   trains bd3lm without time conditioning too.
@@ -111,15 +115,23 @@ class BD3LM(MDLM):
             raise ConfigError("method.subs=false: bd3lm uses the SUBS parameterization only; use method.subs=true "
                               "or null")
         self.block_size = config.block_size
-        t_lo = config.t_min if config.clip_min is None else max(config.t_min,
-                                                                 inverse_mask_rate(self.schedule, config.clip_min))
-        t_hi = 1.0 if config.clip_max is None else inverse_mask_rate(self.schedule, config.clip_max)
-        if t_hi <= t_lo:
-            raise ConfigError(f"method.clip_min={config.clip_min}, method.clip_max={config.clip_max} leave no times "
-                              f"above method.t_min={config.t_min}; choose clip_max > clip_min")
-        self.train_times = (t_lo, t_hi)
+        self.train_times = self.clip_times(config.clip_min, config.clip_max)
         """Range of t of training draws (the clipped schedule); evaluation uses eval_times."""
         self.eval_times = (config.t_min, 1.0)
+
+    def clip_times(self, clip_min: float | None, clip_max: float | None) -> tuple[float, float]:
+        """The range of t whose mask rates 1 - alpha(t) lie in [clip_min, clip_max] (null: t_min / 1)."""
+        t_min = self.config.t_min
+        t_lo = t_min if clip_min is None else max(t_min, inverse_mask_rate(self.schedule, clip_min))
+        t_hi = 1.0 if clip_max is None else inverse_mask_rate(self.schedule, clip_max)
+        if t_hi <= t_lo:
+            raise ConfigError(f"method.clip_min={clip_min}, method.clip_max={clip_max} leave no times above "
+                              f"method.t_min={t_min}; choose clip_max > clip_min")
+        return t_lo, t_hi
+
+    def set_train_clip(self, clip_min: float | None, clip_max: float | None) -> None:
+        """Train from now on with mask rates in [clip_min, clip_max] (the clip-range search sets it)."""
+        self.train_times = self.clip_times(clip_min, clip_max)
 
     # ------------------------------------------------------------------ checks
     def check_backbone(self, backbone: nn.Module) -> None:
@@ -242,10 +254,7 @@ def clip_variance(method: BD3LM, backbone: nn.Module, batches: list, candidates:
     a steadier gradient; the bound itself is always evaluated unclipped (`BD3LM.nll`)."""
     out = {}
     for beta, omega in candidates:
-        lo = max(method.config.t_min, inverse_mask_rate(method.schedule, beta))
-        hi = inverse_mask_rate(method.schedule, omega)
-        if hi <= lo:
-            raise ConfigError(f"clip range ({beta}, {omega}) is empty above method.t_min={method.config.t_min}")
+        lo, hi = method.clip_times(beta, omega)
         variances = []
         for batch in batches:
             values = []
