@@ -597,3 +597,39 @@ def test_clip_search_picks_the_least_variance_range_during_training(tmp_path):
     assert not (tmp_path / "mdlm").exists()
     with pytest.raises(ConfigError, match=r"method.clip_search\[0\]"):
         MethodConfig(name="bd3lm", clip_search=[[0.8, 0.3]])
+
+
+def test_one_pass_forward_under_bf16_autocast():
+    """The additive mask takes the queries' dtype (bf16 under autocast), as CUDA training runs it."""
+    method, model = bd3lm(block_size=4), dit()
+    x0 = symbols(2, 12)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = method.loss(model, Batch(x0), torch.Generator().manual_seed(0))
+    full = method.loss(model, Batch(x0), torch.Generator().manual_seed(0))
+    assert out.loss.dtype == torch.float32 and torch.isfinite(out.loss)
+    assert abs(float(out.loss - full.loss)) < 0.05 * float(full.loss)
+
+
+def test_experiment_command_writes_the_reports(tmp_path):
+    import json
+
+    from pipelines import bd3lm_experiment
+
+    text = "to be or not to be that is the question whether tis nobler in the mind to suffer\n\n" * 6
+    for split in ("train", "valid", "test"):
+        (tmp_path / f"{split}.txt").write_text(text)
+    overrides = ["model.preset=test", "model.n_layers=1", "model.max_seq_len=32", "data.seq_len=32",
+                 "data.batch_size=4", "data.eval_batch_size=8", "train.max_steps=2", "train.warmup_steps=1",
+                 "train.val_every=2", "train.val_batches=1", "train.checkpoint_every=2", "train.progress_bar=false",
+                 f"data.corpus={tmp_path}"]
+    out = tmp_path / "report"
+    assert bd3lm_experiment.main(["--corpora", "shakespeare", "--methods", "ar,bd3lm_4", "--run-root",
+                                  str(tmp_path / "runs"), "--out", str(out), "--num-t-samples", "1",
+                                  "--frontier-steps", "4", "--num-samples", "2", *overrides]) == 0
+    results = json.loads((out / "shakespeare.json").read_text())
+    assert results["methods"]["bd3lm_4"]["bound"] and results["methods"]["bd3lm_4"]["sampler"] == "bd3lm"
+    assert (out / "shakespeare.md").is_file() and (out / "shakespeare_curves.png").is_file()
+    rows = json.loads((out / "frontier_shakespeare" / "frontier.json").read_text())["rows"]
+    assert {r["sampler"] for r in rows} == {"ar", "bd3lm", "bd3lm_uncached"}
+    with pytest.raises(SystemExit):
+        bd3lm_experiment.main(["--methods", "mdlm,bd3lm_4", "--run-root", str(tmp_path / "x")])
