@@ -46,7 +46,6 @@ from seqdiff.data.text_files import read_text_file
 from seqdiff.errors import SeqdiffError
 from seqdiff.evaluation.generate import generate, save_figure_atomically, write_atomically
 from seqdiff.evaluation.likelihood import evaluate_tokens
-from seqdiff.samplers import DEFAULT_SAMPLER
 
 # A method variant: a label and the `method.*` overrides that select it (everything else is shared).
 METHOD_VARIANTS: dict[str, dict[str, Any]] = {
@@ -56,6 +55,7 @@ METHOD_VARIANTS: dict[str, dict[str, Any]] = {
     "sedd_uniform": {"name": "sedd", "graph": "uniform"},
     "d3pm": {"name": "d3pm"},
 }
+METHOD_VARIANTS.update({f"bd3lm_{n}": {"name": "bd3lm", "block_size": n} for n in (1, 4, 8, 16)})  # L' = n
 DONE_MARKER = "DONE"
 # Train keys that do not change what is learned; a finished run may differ from the request in these.
 _COSMETIC_TRAIN_KEYS = ("progress_bar", "log_every", "wandb", "val_every", "val_batches", "checkpoint_every")
@@ -190,16 +190,17 @@ def measure_speed(run_dirs: dict[str, Path], sample: SampleConfig, rounds: int) 
     times: dict[str, list[float]] = {m: [] for m in models}
     calls: dict[str, int] = {}
     texts: dict[str, list[str]] = {}
+    samplers: dict[str, str] = {}
     for _ in range(rounds):
         for method, model in models.items():
             gen = generate(model, sample)
             times[method].append(gen.seconds)
-            calls[method] = gen.denoiser_calls
+            calls[method], samplers[method] = gen.denoiser_calls, gen.sampler
             texts.setdefault(method, gen.texts)
     out = {}
     for method, model in models.items():
         median = statistics.median(times[method])
-        out[method] = {"sampler": DEFAULT_SAMPLER[model.method.name],
+        out[method] = {"sampler": samplers[method],
                        "sample_steps": None if model.method.name == "ar" else sample.steps,
                        "denoiser_calls": calls[method], "seconds_per_round": times[method],
                        "samples_per_second": sample.num_samples / median,

@@ -43,11 +43,13 @@ FRONTIER_SAMPLERS: dict[str, tuple[str, ...]] = {
              "threshold"),
     "sedd": ("analytic",),
     "ar": ("ar",),
+    "bd3lm": ("bd3lm", "bd3lm_uncached"),  # steps are per block of method.block_size tokens
 }
 """Registry: a checkpoint's method -> the samplers the frontier runs on it (edlm: with --edlm-energy only)."""
 LABELS = {"ancestral": "MDLM uncached", "cached": "MDLM cached", "analytic": "SEDD analytic", "edlm": "EDLM",
           "ar": "AR (KV cache)", "first_hitting": "MDLM first-hitting", "remdm": "ReMDM",
           "confidence": "MDLM confidence top-k", "threshold": "MDLM confidence threshold"}
+LABELS.update({"bd3lm": "BD3-LM (KV cache)", "bd3lm_uncached": "BD3-LM uncached"})
 
 
 @dataclass

@@ -105,6 +105,16 @@ class MethodConfig:
     """sedd: transition graph, absorbing (into MASK) or uniform (over every id but MASK and PAD)."""
     scale_by_sigma: bool = True
     """sedd, absorbing graph: shift log-scores by -log((V - 1) expm1(sigma)) so they start at the right scale."""
+    block_size: int = 4
+    """bd3lm: tokens per block L' (1 = autoregressive, data.seq_len = MDLM); must divide data.seq_len."""
+    clip_min: float | None = None
+    """bd3lm, training only: smallest mask rate 1 - alpha(t) drawn (the paper's clipped schedule; null: t_min)."""
+    clip_max: float | None = None
+    """bd3lm, training only: largest mask rate 1 - alpha(t) drawn (null: 1); evaluation always uses [t_min, 1]."""
+    clip_search: list[list[float]] = field(default_factory=list)
+    """bd3lm: candidate [clip_min, clip_max] ranges; each validation picks the least-variance one for training."""
+    clip_search_batches: int = 4
+    """bd3lm, clip_search: validation batches on which the variance of each candidate's estimate is measured."""
 
     def __post_init__(self) -> None:
         if self.num_timesteps < 0:
@@ -117,6 +127,22 @@ class MethodConfig:
             raise ConfigError(f"method.graph={self.graph!r} is not allowed; choose one of ['absorbing', 'uniform']")
         if not isinstance(self.scale_by_sigma, bool):
             raise ConfigError(f"method.scale_by_sigma must be true or false, got {self.scale_by_sigma!r}")
+        if self.block_size < 1:
+            raise ConfigError(f"method.block_size must be >= 1, got {self.block_size}")
+        for key in ("clip_min", "clip_max"):
+            value = getattr(self, key)
+            if value is not None and not 0 <= value <= 1:
+                raise ConfigError(f"method.{key} is a mask rate and must lie in [0, 1], got {value}")
+        lo = 0.0 if self.clip_min is None else self.clip_min
+        hi = 1.0 if self.clip_max is None else self.clip_max
+        if lo >= hi:
+            raise ConfigError(f"method.clip_min={self.clip_min} must be below method.clip_max={self.clip_max}")
+        for i, pair in enumerate(self.clip_search):
+            if len(pair) != 2 or not 0 <= pair[0] < pair[1] <= 1:
+                raise ConfigError(f"method.clip_search[{i}]={pair} must be [clip_min, clip_max] with "
+                                  f"0 <= clip_min < clip_max <= 1")
+        if self.clip_search_batches < 1:
+            raise ConfigError(f"method.clip_search_batches must be >= 1, got {self.clip_search_batches}")
 
 
 @dataclass

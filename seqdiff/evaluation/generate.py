@@ -150,7 +150,9 @@ def generate(model: LoadedModel, cfg: SampleConfig, progress: bool = False,
                             temperature=cfg.temperature, top_p=cfg.top_p, **(sampler_options or {}))
     context = model.backbone.config.max_seq_len
     block_len = min(model.seq_len, context)
-    semi_ar = cfg.semi_ar and seq_len > context
+    if getattr(sampler, "any_length", False):  # bd3lm: any length block by block, in a window of the training length
+        sampler.context, sampler.stop_at_eos = block_len, cfg.stop_at_eos
+    semi_ar = cfg.semi_ar and seq_len > context and not getattr(sampler, "any_length", False)
     if not semi_ar:
         sampler.check_length(seq_len)
     overlap = cfg.overlap if cfg.overlap is not None else block_len // 2

@@ -11,7 +11,8 @@ Design choices
 - `SeqDiffForMaskedLM(...).logits` are the logits of the denoiser x_theta: with the SUBS
   parameterization (MDLM's default) the MASK logit is -inf, as seqdiff's sampler and likelihood see it;
   methods without SUBS (method.subs=false, D3PM, SEDD's scores) get the backbone's output unchanged. The
-  DiT's raw logits are always `model.backbone(input_ids)`.
+  DiT's raw logits are always `model.backbone(input_ids)`. A method with its own attention structure
+  (bd3lm: `attention_structure`, block-causal) gets it: the logits of each block given the blocks before it.
   Time-conditioned models take the noise level as `noise_level` (shape (B,)).
 - `SeqDiffForCausalLM(...).logits[:, i]` predict token i + 1 (the usual causal-LM convention; seqdiff's
   AR method feeds BOS first). Generation goes through `seqdiff sample` (KV cache); these wrappers implement
@@ -156,7 +157,10 @@ class SeqDiffPreTrainedModel(PreTrainedModel):
         return self.backbone.output
 
     def _hidden(self, input_ids: Tensor, attention_mask: Tensor | None, noise_level: Tensor | None) -> Tensor:
-        return self.backbone.hidden_states(input_ids, noise_level, attention_mask)  # (B, L, H)
+        # a method with its own attention structure (bd3lm: block-causal) says so; others run the plain forward
+        structure = getattr(self.method, "attention_structure", None)
+        extra = {} if structure is None else {"attn_mask": structure(input_ids.shape[1], input_ids.device)}
+        return self.backbone.hidden_states(input_ids, noise_level, attention_mask, **extra)  # (B, L, H)
 
 
 class SeqDiffForMaskedLM(SeqDiffPreTrainedModel):

@@ -11,12 +11,14 @@ from seqdiff.backbones.rc_equivariant import CONJOINABLE_METHODS
 from seqdiff.config import ConfigError, MethodConfig, ModelConfig
 from seqdiff.methods.ar import AR
 from seqdiff.methods.base import Batch, Method, MethodOutput
+from seqdiff.methods.bd3lm import BD3LM
 from seqdiff.methods.d3pm import D3PM
 from seqdiff.methods.mdlm import MDLM
 from seqdiff.methods.sedd import SEDD
 from seqdiff.tokenizers.base import Tokenizer
 
 METHODS: dict[str, type[Method]] = {cls.name: cls for cls in (MDLM, AR, SEDD, D3PM)}
+METHODS[BD3LM.name] = BD3LM
 
 
 def build_method(config: MethodConfig, tokenizer: Tokenizer) -> Method:
@@ -47,4 +49,4 @@ def build_model(model: ModelConfig, method_config: MethodConfig, tokenizer: Toke
 
 
 __all__ = ["AR", "D3PM", "MDLM", "METHODS", "SEDD", "Batch", "Method", "MethodOutput", "build_method", "build_model",
-           "resolve_model_config"]
+           "resolve_model_config", "BD3LM"]

@@ -69,6 +69,10 @@ class Method(ABC):
         """Refuse a backbone this method cannot use (default: any backbone)."""
         return None
 
+    def check_recipe(self, config) -> None:
+        """Refuse a whole recipe (RunConfig) this method cannot train, before anything is written (default: any)."""
+        return None
+
     @abstractmethod
     def loss(self, backbone: nn.Module, batch: Batch, generator: torch.Generator | None = None) -> MethodOutput:
         """One stochastic estimate of the per-token NLL (bound) of `batch`, differentiable."""

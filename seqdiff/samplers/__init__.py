@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from seqdiff.samplers.ar_kv import ARSampler
 from seqdiff.samplers.base import SampleOutput, Sampler, SamplerError
+from seqdiff.samplers.bd3lm import BD3LMSampler, BD3LMUncachedSampler
 from seqdiff.samplers.confidence import ConfidenceSampler, ThresholdSampler
 from seqdiff.samplers.d3pm_ancestral import D3PMAncestralSampler
 from seqdiff.samplers.edlm_importance import EDLMImportanceSampler
@@ -24,6 +25,7 @@ SAMPLERS[MDLMFirstHittingSampler.name] = MDLMFirstHittingSampler
 SAMPLERS[ReMDMSampler.name] = ReMDMSampler
 SAMPLERS[ConfidenceSampler.name] = ConfidenceSampler
 SAMPLERS[ThresholdSampler.name] = ThresholdSampler
+SAMPLERS.update({cls.name: cls for cls in (BD3LMSampler, BD3LMUncachedSampler)})
 
 DEFAULT_SAMPLER = {"mdlm": "cached", "ar": "ar", "sedd": "analytic", "d3pm": "d3pm"}
 
@@ -33,8 +35,8 @@ def build_sampler(name: str | None, method, backbone, steps: int, temperature: f
     """Sampler by name; None picks the method's default (DEFAULT_SAMPLER: cached for MDLM, KV-cached for AR,
     analytic for SEDD, ancestral for D3PM). top_p < 1 (nucleus) is for the MDLM and AR samplers.
     `options` go to samplers that take more (edlm: energy, k, window)."""
-    if name is None:
-        name = DEFAULT_SAMPLER.get(method.name)
+    if name is None:  # a method may name its own default (class attribute default_sampler, e.g. bd3lm)
+        name = getattr(method, "default_sampler", None) or DEFAULT_SAMPLER.get(method.name)
     if name not in SAMPLERS:
         raise SamplerError(f"sample.sampler={name!r} is unknown; choose one of {sorted(SAMPLERS)}")
     return SAMPLERS[name](method, backbone, steps=steps, temperature=temperature, top_p=top_p, **options)
@@ -44,6 +46,8 @@ __all__ = [
     "DEFAULT_SAMPLER",
     "SAMPLERS",
     "ARSampler",
+    "BD3LMSampler",
+    "BD3LMUncachedSampler",
     "ConfidenceSampler",
     "D3PMAncestralSampler",
     "EDLMImportanceSampler",

@@ -36,8 +36,9 @@ from seqdiff.checkpoint import CheckpointError, latest_readable_checkpoint, step
 from seqdiff.config import RunConfig, TrainConfig, to_dict
 from seqdiff.data import build_data_module
 from seqdiff.errors import SeqdiffError
-from seqdiff.methods import build_model
+from seqdiff.methods import build_method, build_model
 from seqdiff.tokenizers import build_tokenizer
+from seqdiff.training.clip_search import clip_search_callback
 from seqdiff.training.csv_log import ResumableCSVLogger
 from seqdiff.training.ema import EMA
 from seqdiff.training.fsdp2 import FSDP2Strategy, is_sharded, unsharded_copy
@@ -224,6 +225,9 @@ def train(config: RunConfig, run_dir: str | Path, resume: bool = False,
                 f"model.{k}={new!r} (recipe: {old!r})" for k, (old, new) in changed.items()), file=sys.stderr)
     if config.data.seq_len > config.model.max_seq_len:
         raise RunError(f"data.seq_len={config.data.seq_len} exceeds model.max_seq_len={config.model.max_seq_len}")
+    method = build_method(config.method, tokenizer)
+    method.check_recipe(config)  # e.g. bd3lm: method.block_size | data.seq_len
+    clip_search = clip_search_callback(config.method, method, seed=tcfg.seed)  # bd3lm's var_min search
     data = build_data_module(config.data, tokenizer, seed=tcfg.seed)
     data.check_files()  # fail on bad data before anything is written
 
@@ -261,6 +265,8 @@ def train(config: RunConfig, run_dir: str | Path, resume: bool = False,
                                 auto_insert_metric_name=False)]
     if tcfg.ema_decay > 0:
         callbacks.append(EMA(tcfg.ema_decay))
+    if clip_search is not None:
+        callbacks.append(clip_search)
     if tcfg.progress_bar:
         callbacks.append(TQDMProgressBar(refresh_rate=max(1, tcfg.log_every)))
     callbacks += extra_callbacks or []
