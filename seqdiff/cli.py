@@ -12,7 +12,7 @@ import json
 import sys
 from pathlib import Path
 
-from seqdiff.config import RunConfig, field_help
+from seqdiff.config import RunConfig, field_help, finite_float
 
 
 def _config_keys_help() -> str:
@@ -36,22 +36,34 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from seqdiff.data.text_files import DataFileError
     from seqdiff.hf.export import ExportError
     from seqdiff.probes.data import ProbeError
+    from seqdiff.safe_io import WriteError
     from seqdiff.samplers import SamplerError
     from seqdiff.tokenizers import TokenizerError
     from seqdiff.training.run import RunError
 
     return (ConfigError, DataFileError, CheckpointError, SamplerError, TokenizerError, RunError, FetchError,
-            GenomeError, ExportError, ProbeError)
+            GenomeError, ExportError, ProbeError, WriteError)
 
 
 # ---------------------------------------------------------------------------------------------- train
 def cmd_train(args: argparse.Namespace) -> int:
+    import shlex
+    import signal
+
     from seqdiff.config import load_run_config
-    from seqdiff.training.run import train
+    from seqdiff.training.run import TrainingInterrupted, train
 
     config = load_run_config(args.config, args.overrides)
     run_dir = Path(args.run_dir or Path("runs") / config.name)
-    result = train(config, run_dir, resume=args.resume)
+    try:
+        result = train(config, run_dir, resume=args.resume)
+    except TrainingInterrupted as stop:
+        config_args = ["--config", args.config] if args.config else []
+        resume = shlex.join(["seqdiff", "train", *config_args, "--run-dir", str(run_dir), "--resume",
+                             *args.overrides])
+        print(f"seqdiff train: stopped by {signal.Signals(stop.signum).name} at step {stop.step}; checkpoint of step "
+              f"{stop.step} saved: {stop.checkpoint}; continue with: {resume}", file=sys.stderr)
+        return stop.exit_status
     print(f"checkpoint: {result.checkpoint}")
     return 0
 
@@ -378,7 +390,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--num-samples", type=int, default=4)
     p.add_argument("--batch-size", type=int, default=4)
     p.add_argument("--seq-len", type=int, default=None, help="default: the training block length")
-    p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument("--temperature", type=finite_float, default=1.0)
     p.add_argument("--format", choices=["auto", "text", "fasta"], default="auto")
     p.add_argument("--out", help="write samples to this file instead of stdout")
     p.add_argument("--length", type=int, default=None,
@@ -393,7 +405,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--infill-intervals", metavar="START-END,...",
                    help="also regenerate these token positions of the --infill sequence (0-based, end exclusive, "
                         "e.g. 10-20,40-55); the other given tokens are kept")
-    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass in (0, 1] (MDLM, AR)")
+    p.add_argument("--top-p", type=finite_float, default=1.0, help="nucleus sampling mass in (0, 1] (MDLM, AR)")
     p.add_argument("--stop-at-eos", action="store_true", help="cut each sample at its first EOS")
     p.add_argument("--metrics", action="store_true",
                    help="print entropy, distinct-n, repetition, lengths (and GC / k-mer distance for DNA)")
@@ -403,7 +415,8 @@ def build_parser() -> argparse.ArgumentParser:
                                        "--metrics)")
     p.add_argument("--energy", help="--sampler edlm: KIND:PATH (ar:AR_RUN, coar:AR_RUN or nce:ENERGY.pt)")
     p.add_argument("--edlm-k", type=int, default=2, help="--sampler edlm: candidates per importance step")
-    p.add_argument("--edlm-window", type=float, default=0.2, help="--sampler edlm: importance steps for t >= 1 - w")
+    p.add_argument("--edlm-window", type=finite_float, default=0.2,
+                   help="--sampler edlm: importance steps for t >= 1 - w")
     p.set_defaults(func=cmd_sample)
 
     from seqdiff.edlm.cli import add_parser as add_edlm_parser
@@ -416,7 +429,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("out_dir", help="the directory to write (must not exist or be empty, unless --overwrite)")
     p.add_argument("--no-ema", action="store_true", help="export the raw weights instead of the EMA weights")
     p.add_argument("--overwrite", action="store_true", help="replace an existing output directory")
-    p.add_argument("--encoder-alpha", type=float, default=1.0, metavar="A",
+    p.add_argument("--encoder-alpha", type=finite_float, default=1.0, metavar="A",
                    help="WiSE-FT, for a model fine-tuned from model.init_from (a pretrained BERT): write the encoder "
                         "(1 - A) x pretrained + A x fine-tuned under the fine-tuned head (default 1: as trained)")
     p.set_defaults(func=cmd_export)
@@ -434,12 +447,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seeds", type=int, default=5, help="protocol seeds (random 90/10 train/validation splits)")
     p.add_argument("--finetune-seeds", type=int, default=None, help="seeds for trained rows (default: --seeds)")
     p.add_argument("--epochs", type=int, default=3, help="fine-tuning epochs (best on validation is kept)")
-    p.add_argument("--lr", type=float, default=3e-4, help="fine-tuning learning rate")
+    p.add_argument("--lr", type=finite_float, default=3e-4, help="fine-tuning learning rate")
     p.add_argument("--head-epochs", type=int, default=0,
                    help="epochs training only the head, backbone frozen, before the --epochs end-to-end ones (LP-FT)")
     p.add_argument("--head-init", choices=["random", "probe"], default="random",
                    help="fine-tuning head: random, or the fitted frozen linear probe (LP-FT; scored as epoch 0)")
-    p.add_argument("--encoder-lr-scale", type=float, default=1.0,
+    p.add_argument("--encoder-lr-scale", type=finite_float, default=1.0,
                    help="the backbone's fine-tuning learning rate is --lr times this (the head's is --lr)")
     p.add_argument("--cnn-epochs", type=int, default=10, help="CNN baseline epochs (best on validation is kept)")
     p.add_argument("--layer", type=_layer, default=None,
@@ -507,6 +520,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except ValueError as e:  # invalid numbers given on the command line
         print(f"seqdiff {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:  # the operating system refused: a read-only or full disk, a path that is a file, ...
+        from seqdiff.safe_io import os_cause
+
+        where = f"{e.filename}: " if getattr(e, "filename", None) else ""
+        print(f"seqdiff {args.command}: error: {where}{os_cause(e)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"seqdiff {args.command}: interrupted", file=sys.stderr)
