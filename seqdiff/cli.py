@@ -75,9 +75,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     from seqdiff.checkpoint import load_checkpoint
     from seqdiff.data import build_data_module
-    from seqdiff.evaluation.generate import write_atomically
     from seqdiff.evaluation.likelihood import evaluate_batches
-    from seqdiff.evaluation.zeroshot import evaluate_source, format_table, parse_sources
+    from seqdiff.evaluation.zeroshot import eval_results_path, evaluate_source, format_table, parse_sources
+    from seqdiff.safe_io import atomic_write_text
 
     sources = parse_sources(args.sources, args.split)  # in command-line order, checked before loading the model
     model = load_checkpoint(args.checkpoint, device=args.device, use_ema=not args.no_ema)
@@ -101,13 +101,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
     common = {"checkpoint": str(model.path), "step": model.step, "ema_weights": model.ema}
     for report in reports:
         report.update(common)
-    if len(reports) == 1:  # one source: the flat report, as before zero-shot tables existed
-        result, stem = reports[0], reports[0]["dataset"].replace("/", "-")
-    else:
-        result, stem = {**common, "results": reports}, "zeroshot"
+    result = {**common, "results": reports}  # one shape for one source or several (read_eval_results reads both)
     text = json.dumps(result, indent=2) + "\n"
-    out = Path(args.out) if args.out else model.path.parent.parent / "eval" / f"{stem}.json"
-    write_atomically(out, text)
+    out = Path(args.out) if args.out else eval_results_path(args.checkpoint, sources, reports[0]["dataset"])
+    atomic_write_text(out, text, "eval results")
     if args.json:
         sys.stdout.write(text)
         return 0
@@ -380,8 +377,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--split", default="test", choices=["train", "valid", "test"], help="split of the run's corpus")
     p.add_argument("--num-t-samples", type=int, default=1, help="Monte Carlo time samples per block (diffusion)")
     p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--out", help="JSON file for the results (default: <run>/eval/<data>.json, or zeroshot.json "
-                                 "for several sources)")
+    p.add_argument("--out", help="JSON file for the results, {\"results\": [one report per source], ...} (default: "
+                                 "<run or export>/eval/<data>-<hash of its path>.json, or zeroshot-<hash>.json for "
+                                 "several sources)")
     p.set_defaults(func=cmd_eval)
 
     p = sub.add_parser("sample", parents=[common], help="generate sequences")

@@ -72,6 +72,13 @@ def ensure_dir(path: str | Path, what: str = "folder") -> Path:
 def atomic_write(path: str | Path, write: Callable[[IO[bytes]], Any], what: str = "file") -> Path:
     """Call write(file object) on `<path>.tmp`, then rename it to `path`; on failure remove it, raise WriteError."""
     path = Path(path)
+    if path.exists() and not path.is_file() and not path.is_dir():  # /dev/null, a named pipe: write through
+        try:
+            with open(path, "wb") as f:
+                write(f)
+        except OSError as e:
+            raise WriteError(f"cannot write {what} {path}: {os_cause(e)}") from e
+        return path
     ensure_dir(path.parent, "folder")
     tmp = path.with_name(path.name + ".tmp")
     try:

@@ -13,6 +13,7 @@ import torch
 from seqdiff.checkpoint import CheckpointError, load_checkpoint
 from seqdiff.cli import main
 from seqdiff.config import ConfigError, load_run_config
+from seqdiff.evaluation.zeroshot import read_eval_results
 from seqdiff.training.guards import NonFiniteLossError, NonFiniteWeightsError, RunError
 from seqdiff.training.lock import LOCK_NAME, RunLock, RunLockedError
 from seqdiff.training.resume import RESUMABLE_KEYS
@@ -202,3 +203,62 @@ def test_the_lock_holds_pid_and_host_while_training(tmp_path):
 
     train(load_run_config(None, [*RECIPE, "train.max_steps=1"]), tmp_path / "r", extra_callbacks=[Peek()])
     assert seen["pid"] == os.getpid() and seen["host"] == socket.gethostname()
+
+
+# ------------------------------------------------------------------ 5. results files never shared
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    run = tmp_path_factory.mktemp("runs") / "r"
+    train(load_run_config(None, [*RECIPE, "train.max_steps=2", "train.checkpoint_every=2"]), run)
+    return run
+
+
+def test_two_evals_of_files_with_the_same_name_keep_both_results(tiny_run, tmp_path, capsys):
+    text = open(FIXTURE).read()
+    a, b = tmp_path / "a" / "test.txt", tmp_path / "b" / "test.txt"
+    for path, content in ((a, text[:3000]), (b, text[3000:9000])):
+        path.parent.mkdir()
+        path.write_text(content)
+    assert main(["eval", str(tiny_run), "--data", str(a)]) == 0
+    assert main(["eval", str(tiny_run), "--data", str(b)]) == 0
+    files = sorted((tiny_run / "eval").glob("test.txt-*.json"))
+    assert len(files) == 2, files
+    reports = {r["data"]: r for f in files for r in read_eval_results(f)}
+    assert set(reports) == {str(a), str(b)}
+    assert reports[str(a)]["num_tokens"] != reports[str(b)]["num_tokens"]
+    capsys.readouterr()
+
+
+def test_eval_json_has_one_shape_and_old_flat_files_still_read(tiny_run, tmp_path, capsys):
+    out = tmp_path / "one.json"
+    assert main(["eval", str(tiny_run), "--data", FIXTURE, "--json", "--out", str(out)]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed == json.loads(out.read_text())
+    assert isinstance(printed["results"], list) and len(printed["results"]) == 1
+    assert printed["results"][0]["dataset"] == "shakespeare_tiny.txt" and printed["step"] == 2
+    (report,) = read_eval_results(out)
+    flat = tmp_path / "old.json"  # what a single-source eval wrote before
+    flat.write_text(json.dumps(report))
+    assert read_eval_results(flat) == [report]
+    flat.write_text("{}")
+    with pytest.raises(ValueError, match="not a `seqdiff eval` results file"):
+        read_eval_results(flat)
+
+
+def test_two_exports_in_one_folder_have_their_own_eval_folders(tiny_run, tmp_path, capsys):
+    for name in ("m1", "m2"):
+        assert main(["export", str(tiny_run), str(tmp_path / name)]) == 0
+        assert main(["eval", str(tmp_path / name), "--data", FIXTURE]) == 0
+    assert len(list((tmp_path / "m1" / "eval").glob("*.json"))) == 1
+    assert len(list((tmp_path / "m2" / "eval").glob("*.json"))) == 1
+    assert not (tmp_path / "eval").exists()
+    capsys.readouterr()
+
+
+@pytest.mark.parametrize("target", ["checkpoints", "logs", "eval/x", "."])
+def test_export_refuses_to_write_into_or_over_a_run(tiny_run, target, capsys):
+    before = sorted(p.name for p in (tiny_run / "checkpoints").iterdir())
+    out = tiny_run / target
+    assert main(["export", str(tiny_run), str(out), "--overwrite"]) == 2
+    assert "never writes into or over a run's own files" in capsys.readouterr().err
+    assert sorted(p.name for p in (tiny_run / "checkpoints").iterdir()) == before
