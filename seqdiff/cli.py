@@ -76,9 +76,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from seqdiff.checkpoint import load_checkpoint
     from seqdiff.data import build_data_module
     from seqdiff.evaluation.likelihood import evaluate_batches
+    from seqdiff.evaluation.limits import check_device, check_positive
     from seqdiff.evaluation.zeroshot import eval_results_path, evaluate_source, format_table, parse_sources
     from seqdiff.safe_io import atomic_write_text
 
+    check_positive(num_t_samples=args.num_t_samples, batch_size=args.batch_size)
+    check_device(args.device)
     sources = parse_sources(args.sources, args.split)  # in command-line order, checked before loading the model
     model = load_checkpoint(args.checkpoint, device=args.device, use_ema=not args.no_ema)
     torch.manual_seed(args.seed)
@@ -127,8 +130,12 @@ def cmd_sample(args: argparse.Namespace) -> int:
         length_distribution,
         write_atomically,
     )
+    from seqdiff.evaluation.limits import check_device, check_positive, check_sample_memory
     from seqdiff.samplers import SamplerError
 
+    check_positive(length=args.length, seq_len=args.seq_len, num_samples=args.num_samples,
+                   batch_size=args.batch_size, steps=args.steps, edlm_k=args.edlm_k)
+    check_device(args.device)
     if args.length is not None and args.seq_len is not None and args.length != args.seq_len:
         raise SamplerError("--length and --seq-len disagree; give one of them")
     infill = args.infill
@@ -166,6 +173,12 @@ def cmd_sample(args: argparse.Namespace) -> int:
         given = given_from_infill(model.tokenizer, infill, length, intervals)
     if given is not None:
         length = given.shape[-1]
+    context = model.model_config.max_seq_len
+    if args.seq_len is not None and args.seq_len > context:
+        raise SamplerError(f"--seq-len {args.seq_len} exceeds the model's max_seq_len={context}; --length generates "
+                           f"longer samples in semi-autoregressive blocks (diffusion models)")
+    check_sample_memory(args.num_samples, args.batch_size, length or model.seq_len, context,
+                        model.tokenizer.vocab_size, args.device)
     oracle = reference = None
     if args.oracle:
         from seqdiff.evaluation.metrics import load_oracle

@@ -296,6 +296,10 @@ class SampleConfig:
             raise ConfigError(f"sample.temperature must be >= 0, got {self.temperature}")
         if self.overlap is not None and self.overlap < 0:
             raise ConfigError(f"sample.overlap must be >= 0, got {self.overlap}")
+        for key in ("steps", "num_samples", "batch_size", "seq_len"):
+            value = getattr(self, key)
+            if value is not None and value < 1:
+                raise ConfigError(f"sample.{key} must be >= 1, got {value}")
 
 
 @dataclass
