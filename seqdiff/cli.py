@@ -128,9 +128,9 @@ def cmd_sample(args: argparse.Namespace) -> int:
         given_from_infill,
         given_from_prompt,
         length_distribution,
-        write_atomically,
     )
     from seqdiff.evaluation.limits import check_device, check_positive, check_sample_memory
+    from seqdiff.safe_io import atomic_write_text
     from seqdiff.samplers import SamplerError
 
     check_positive(length=args.length, seq_len=args.seq_len, num_samples=args.num_samples,
@@ -203,7 +203,7 @@ def cmd_sample(args: argparse.Namespace) -> int:
     fasta = args.format == "fasta" or (args.format == "auto" and model.tokenizer.unit == "base")
     text = format_samples(gen, fasta=fasta)
     if args.out:
-        write_atomically(args.out, text)
+        atomic_write_text(args.out, text, "samples")
         print(f"written: {args.out}", file=sys.stderr)
     else:
         sys.stdout.write(text)

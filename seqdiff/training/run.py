@@ -323,7 +323,6 @@ def train(config: RunConfig, run_dir: str | Path, resume: bool = False,
             ckpt_path, ckpt = latest_readable_checkpoint(last)
         except CheckpointError as e:
             raise RunError(f"--resume: {e}") from e
-        resume_step = check_resume(ckpt, ckpt_path, config, tokenizer.to_dict())
         saved = ckpt.get("hyper_parameters", {}).get("train", {}).get("strategy", "auto")
         if optimizer_layout(saved) != optimizer_layout(tcfg.strategy):
             raise RunError(f"--resume: {ckpt_path} was written with train.strategy={saved}, whose optimizer state "
@@ -333,6 +332,7 @@ def train(config: RunConfig, run_dir: str | Path, resume: bool = False,
             raise RunError(f"--resume: {ckpt_path} was trained with train.frozen_parameters={frozen}; its optimizer "
                            f"state holds exactly the parameters that setting trains, so resume with it (got "
                            f"{list(tcfg.frozen_parameters)})")
+        resume_step = check_resume(ckpt, ckpt_path, config, tokenizer.to_dict())  # every other recipe change
         del ckpt
 
     L.seed_everything(tcfg.seed, workers=True, verbose=False)
