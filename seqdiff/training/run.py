@@ -102,6 +102,7 @@ class StepCheckpoint(ModelCheckpoint):
         self.saved_step = saved_step
         """Step of the newest checkpoint on disk (the resumed one until this run writes one)."""
         self.interrupted_at: int | None = None
+        self._step_seen: int | None = None  # global_step at the previous batch end (gradient accumulation)
 
     @property
     def state_key(self) -> str:
@@ -113,6 +114,7 @@ class StepCheckpoint(ModelCheckpoint):
 
     def on_train_start(self, trainer, pl_module) -> None:
         super().on_train_start(trainer, pl_module)
+        self._step_seen = trainer.global_step
         if self.guard is not None:  # over the SIGTERM handler Lightning installed when fit started
             self.guard.install()
             connector = getattr(trainer, "_signal_connector", None)
@@ -146,7 +148,9 @@ class StepCheckpoint(ModelCheckpoint):
             raise NonFiniteLossError(non_finite_message(trainer.global_step, what, tcfg.lr, tcfg.grad_clip,
                                                         self._kept()))
         super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
-        if stop and self.interrupted_at is None:
+        stepped = trainer.global_step != self._step_seen  # not in the middle of accumulating gradients
+        self._step_seen = trainer.global_step
+        if stop and stepped and self.interrupted_at is None:
             self.save_now(trainer)
             self.interrupted_at = trainer.global_step
             trainer.should_stop = True
