@@ -22,7 +22,6 @@ Design choices
 
 from __future__ import annotations
 
-import math
 import os
 import signal
 import sys
@@ -178,9 +177,3 @@ def relocate_checkpoint_state(state: dict[str, Any], new_dir: str) -> dict[str, 
         state["best_k_models"] = {move(k): v for k, v in state["best_k_models"].items() if move(k)}
     return state
 
-
-def finite_float(value: float, name: str, allow_inf: bool = False) -> float:
-    """`value` when it is a number (finite unless allow_inf); else ValueError naming `name`."""
-    if math.isnan(value) or (not allow_inf and math.isinf(value)):
-        raise ValueError(f"{name} must be a finite number, got {value}")
-    return value
