@@ -189,6 +189,11 @@ def _load_weights(backbone: nn.Module, weights: dict[str, torch.Tensor], path: P
     missing, unexpected = backbone.load_state_dict(weights, strict=False)
     if missing or unexpected:
         raise CheckpointError(f"checkpoint {path}: missing weights {missing[:5]}, unexpected {unexpected[:5]}")
+    bad = [n for n, t in weights.items() if t.is_floating_point() and not bool(torch.isfinite(t).all())]
+    if bad:
+        raise CheckpointError(f"checkpoint {path}: {len(bad)} weight tensors hold NaN or inf (e.g. {bad[0]}): the "
+                              f"training that wrote it diverged; use an earlier checkpoint, or train again with a "
+                              f"lower train.lr")
 
 
 def read_export_config(path: str | Path) -> dict[str, Any]:

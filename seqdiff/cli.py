@@ -13,7 +13,7 @@ import json
 import sys
 from pathlib import Path
 
-from seqdiff.config import ConfigError, RunConfig, SampleConfig, field_help
+from seqdiff.config import ConfigError, RunConfig, SampleConfig, field_help, finite_float
 from seqdiff.errors import SeqdiffError
 
 
@@ -32,12 +32,23 @@ def _config_keys_help() -> str:
 
 # ---------------------------------------------------------------------------------------------- train
 def cmd_train(args: argparse.Namespace) -> int:
+    import shlex
+    import signal
+
     from seqdiff.config import load_run_config
-    from seqdiff.training.run import train
+    from seqdiff.training.run import TrainingInterrupted, train
 
     config = load_run_config(args.config, args.overrides)
     run_dir = Path(args.run_dir or Path("runs") / config.name)
-    result = train(config, run_dir, resume=args.resume)
+    try:
+        result = train(config, run_dir, resume=args.resume)
+    except TrainingInterrupted as stop:
+        config_args = ["--config", args.config] if args.config else []
+        resume = shlex.join(["seqdiff", "train", *config_args, "--run-dir", str(run_dir), "--resume",
+                             *args.overrides])
+        print(f"seqdiff train: stopped by {signal.Signals(stop.signum).name} at step {stop.step}; checkpoint of step "
+              f"{stop.step} saved: {stop.checkpoint}; continue with: {resume}", file=sys.stderr)
+        return stop.exit_status
     print(f"checkpoint: {result.checkpoint}")
     return 0
 
@@ -49,10 +60,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     from seqdiff.checkpoint import load_checkpoint
     from seqdiff.data import build_data_module
-    from seqdiff.evaluation.generate import write_atomically
     from seqdiff.evaluation.likelihood import evaluate_batches
-    from seqdiff.evaluation.zeroshot import evaluate_source, format_table, parse_sources
+    from seqdiff.evaluation.limits import check_device, check_positive
+    from seqdiff.evaluation.zeroshot import eval_results_path, evaluate_source, format_table, parse_sources
+    from seqdiff.safe_io import atomic_write_text
 
+    check_positive(num_t_samples=args.num_t_samples, batch_size=args.batch_size)
+    check_device(args.device)
     sources = parse_sources(args.sources, args.split)  # in command-line order, checked before loading the model
     model = load_checkpoint(args.checkpoint, device=args.device, use_ema=not args.no_ema)
     if args.rc_conjoin:
@@ -81,13 +95,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
         common["rc_conjoined"] = True
     for report in reports:
         report.update(common)
-    if len(reports) == 1:  # one source: the flat report, as before zero-shot tables existed
-        result, stem = reports[0], reports[0]["dataset"].replace("/", "-")
-    else:
-        result, stem = {**common, "results": reports}, "zeroshot"
+    result = {**common, "results": reports}  # one shape for one source or several (read_eval_results reads both)
     text = json.dumps(result, indent=2) + "\n"
-    out = Path(args.out) if args.out else model.path.parent.parent / "eval" / f"{stem}.json"
-    write_atomically(out, text)
+    out = Path(args.out) if args.out else eval_results_path(args.checkpoint, sources, reports[0]["dataset"])
+    atomic_write_text(out, text, "eval results")
     if args.json:
         sys.stdout.write(text)
         return 0
@@ -108,10 +119,14 @@ def cmd_sample(args: argparse.Namespace) -> int:
         given_from_infill,
         given_from_prompt,
         length_distribution,
-        write_atomically,
     )
-    from seqdiff.samplers import SAMPLERS, SamplerError
+    from seqdiff.evaluation.limits import check_device, check_positive, check_sample_memory
+    from seqdiff.safe_io import atomic_write_text
+    from seqdiff.samplers import SAMPLERS, SamplerError, sampler_name
 
+    check_positive(length=args.length, seq_len=args.seq_len, num_samples=args.num_samples,
+                   batch_size=args.batch_size, steps=args.steps, edlm_k=args.edlm_k)
+    check_device(args.device)
     if args.length is not None and args.seq_len is not None and args.length != args.seq_len:
         raise SamplerError("--length and --seq-len disagree; give one of them")
     infill = args.infill
@@ -153,6 +168,13 @@ def cmd_sample(args: argparse.Namespace) -> int:
         given = given_from_infill(model.tokenizer, infill, length, intervals)
     if given is not None:
         length = given.shape[-1]
+    context = model.model_config.max_seq_len
+    any_length = getattr(SAMPLERS.get(sampler_name(args.sampler, model.method)), "any_length", False)
+    if args.seq_len is not None and args.seq_len > context and not any_length:
+        raise SamplerError(f"--seq-len {args.seq_len} exceeds the model's max_seq_len={context}; --length generates "
+                           f"longer samples in semi-autoregressive blocks (diffusion models)")
+    check_sample_memory(args.num_samples, args.batch_size, length or model.seq_len, context,
+                        model.tokenizer.vocab_size, args.device)
     oracle = reference = None
     if args.oracle:
         from seqdiff.evaluation.metrics import load_oracle
@@ -179,7 +201,7 @@ def cmd_sample(args: argparse.Namespace) -> int:
     fasta = args.format == "fasta" or (args.format == "auto" and model.tokenizer.unit == "base")
     text = format_samples(gen, fasta=fasta)
     if args.out:
-        write_atomically(args.out, text)
+        atomic_write_text(args.out, text, "samples")
         print(f"written: {args.out}", file=sys.stderr)
     else:
         sys.stdout.write(text)
@@ -405,8 +427,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--split", default="test", choices=["train", "valid", "test"], help="split of the run's corpus")
     p.add_argument("--num-t-samples", type=int, default=1, help="Monte Carlo time samples per block (diffusion)")
     p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--out", help="JSON file for the results (default: <run>/eval/<data>.json, or zeroshot.json "
-                                 "for several sources)")
+    p.add_argument("--out", help="JSON file for the results, {\"results\": [one report per source], ...} (default: "
+                                 "<run or export>/eval/<data>-<hash of its path>.json, or zeroshot-<hash>.json for "
+                                 "several sources)")
     p.add_argument("--rc-conjoin", action="store_true",
                    help="DNA diffusion models: average the predictions on both strands (post-hoc reverse-complement "
                         "conjoining, Caduceus-Ph)")
@@ -418,7 +441,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--num-samples", type=int, default=4)
     p.add_argument("--batch-size", type=int, default=4)
     p.add_argument("--seq-len", type=int, default=None, help="default: the training block length")
-    p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument("--temperature", type=finite_float, default=1.0)
     p.add_argument("--format", choices=["auto", "text", "fasta"], default="auto")
     p.add_argument("--out", help="write samples to this file instead of stdout")
     p.add_argument("--length", type=int, default=None,
@@ -433,7 +456,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--infill-intervals", metavar="START-END,...",
                    help="also regenerate these token positions of the --infill sequence (0-based, end exclusive, "
                         "e.g. 10-20,40-55); the other given tokens are kept")
-    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass in (0, 1] (MDLM, AR)")
+    p.add_argument("--top-p", type=finite_float, default=1.0, help="nucleus sampling mass in (0, 1] (MDLM, AR)")
     p.add_argument("--stop-at-eos", action="store_true", help="cut each sample at its first EOS")
     p.add_argument("--rc-conjoin", action="store_true",
                    help="DNA diffusion models: average the predictions on both strands (post-hoc reverse-complement "
@@ -446,10 +469,11 @@ def build_parser() -> argparse.ArgumentParser:
                                        "--metrics)")
     p.add_argument("--energy", help="--sampler edlm: KIND:PATH (ar:AR_RUN, coar:AR_RUN or nce:ENERGY.pt)")
     p.add_argument("--edlm-k", type=int, default=2, help="--sampler edlm: candidates per importance step")
-    p.add_argument("--edlm-window", type=float, default=0.2, help="--sampler edlm: importance steps for t >= 1 - w")
+    p.add_argument("--edlm-window", type=finite_float, default=0.2,
+                   help="--sampler edlm: importance steps for t >= 1 - w")
     sample_docs = field_help(SampleConfig)
     for key in ("remdm_schedule", "remdm_eta", "remdm_t_on", "remdm_t_off", "remdm_alpha_on", "threshold"):
-        kind = str if key == "remdm_schedule" else float
+        kind = str if key == "remdm_schedule" else finite_float
         p.add_argument("--" + key.replace("_", "-"), type=kind, default=getattr(SampleConfig, key),
                        help=sample_docs[key])
     p.set_defaults(func=cmd_sample)
@@ -464,7 +488,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("out_dir", help="the directory to write (must not exist or be empty, unless --overwrite)")
     p.add_argument("--no-ema", action="store_true", help="export the raw weights instead of the EMA weights")
     p.add_argument("--overwrite", action="store_true", help="replace an existing output directory")
-    p.add_argument("--encoder-alpha", type=float, default=1.0, metavar="A",
+    p.add_argument("--encoder-alpha", type=finite_float, default=1.0, metavar="A",
                    help="WiSE-FT, for a model fine-tuned from model.init_from (a pretrained BERT): write the encoder "
                         "(1 - A) x pretrained + A x fine-tuned under the fine-tuned head (default 1: as trained)")
     p.set_defaults(func=cmd_export)
@@ -482,12 +506,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seeds", type=int, default=5, help="protocol seeds (random 90/10 train/validation splits)")
     p.add_argument("--finetune-seeds", type=int, default=None, help="seeds for trained rows (default: --seeds)")
     p.add_argument("--epochs", type=int, default=3, help="fine-tuning epochs (best on validation is kept)")
-    p.add_argument("--lr", type=float, default=3e-4, help="fine-tuning learning rate")
+    p.add_argument("--lr", type=finite_float, default=3e-4, help="fine-tuning learning rate")
     p.add_argument("--head-epochs", type=int, default=0,
                    help="epochs training only the head, backbone frozen, before the --epochs end-to-end ones (LP-FT)")
     p.add_argument("--head-init", choices=["random", "probe"], default="random",
                    help="fine-tuning head: random, or the fitted frozen linear probe (LP-FT; scored as epoch 0)")
-    p.add_argument("--encoder-lr-scale", type=float, default=1.0,
+    p.add_argument("--encoder-lr-scale", type=finite_float, default=1.0,
                    help="the backbone's fine-tuning learning rate is --lr times this (the head's is --lr)")
     p.add_argument("--cnn-epochs", type=int, default=10, help="CNN baseline epochs (best on validation is kept)")
     p.add_argument("--layer", type=_layer, default=None,
@@ -569,6 +593,12 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except SeqdiffError as e:  # a user error: one line; anything else is a bug and keeps its traceback
         print(f"seqdiff {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:  # the operating system refused: a read-only or full disk, a path that is a file, ...
+        from seqdiff.safe_io import os_cause
+
+        where = f"{e.filename}: " if getattr(e, "filename", None) else ""
+        print(f"seqdiff {args.command}: error: {where}{os_cause(e)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"seqdiff {args.command}: interrupted", file=sys.stderr)

@@ -355,6 +355,10 @@ class SampleConfig:
             raise ConfigError(f"sample.temperature must be >= 0, got {self.temperature}")
         if self.overlap is not None and self.overlap < 0:
             raise ConfigError(f"sample.overlap must be >= 0, got {self.overlap}")
+        for key in ("steps", "num_samples", "batch_size", "seq_len"):
+            value = getattr(self, key)
+            if value is not None and value < 1:
+                raise ConfigError(f"sample.{key} must be >= 1, got {value}")
 
 
 @dataclass
@@ -500,18 +504,36 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
             return value
         raise ConfigError(f"{key} must be an integer, got {value!r}")
     if tp is float:
+        number = None
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        if isinstance(value, str):  # YAML 1.1 reads "1e-3" as a string
+            number = float(value)
+        elif isinstance(value, str):  # YAML 1.1 reads "1e-3" as a string
             try:
-                return float(value)
+                number = float(value)
             except ValueError:
                 pass
-        raise ConfigError(f"{key} must be a number, got {value!r}")
+        if number is None:
+            raise ConfigError(f"{key} must be a number, got {value!r}")
+        if not math.isfinite(number):  # no float field of a recipe has a meaning for NaN or infinity
+            raise ConfigError(f"{key} must be a finite number, got {value!r}")
+        return number
     if tp is str:
         if isinstance(value, str):
             return value
         raise ConfigError(f"{key} must be a string, got {value!r}")
+    return value
+
+
+def finite_float(text: str) -> float:
+    """argparse `type=` for float options: a finite number; NaN and inf are refused, naming the value."""
+    import argparse
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a number is expected, got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"a finite number is expected, got {text!r}")
     return value
 
 
@@ -601,6 +623,7 @@ __all__ = [
     "apply_overrides",
     "field",
     "field_help",
+    "finite_float",
     "from_dict",
     "load_run_config",
     "load_yaml",

@@ -477,7 +477,7 @@ def test_train_eval_sample_export(run, tmp_path, capsys):
     assert model.method.name == "bd3lm" and model.method.block_size == 8
     out = tmp_path / "eval.json"
     assert main(["eval", str(run), "--out", str(out), "--json"]) == 0  # its own test split
-    report = json.loads(out.read_text())
+    report = json.loads(out.read_text())["results"][0]
     assert report["method"] == "bd3lm" and report["bound"] is True and math.isfinite(report["nll_nats_per_token"])
     assert main(["eval", str(run), "--data", FIXTURE, "--data", FIXTURE, "--out", str(tmp_path / "z.json")]) == 0
     assert "upper bounds (NELBO)" in capsys.readouterr().out  # zero-shot table
@@ -553,7 +553,7 @@ def test_dna_fasta_train_eval_sample(tmp_path, capsys):
     assert main(["train", "--run-dir", str(tmp_path / "run"), *overrides]) == 0
     out = tmp_path / "eval.json"
     assert main(["eval", str(tmp_path / "run"), "--out", str(out), "--batch-size", "64"]) == 0
-    report = json.loads(out.read_text())
+    report = json.loads(out.read_text())["results"][0]
     assert report["method"] == "bd3lm" and math.isfinite(report["bits_per_base"])
     capsys.readouterr()
     assert main(["sample", str(tmp_path / "run"), "--num-samples", "1", "--length", "50", "--steps", "4"]) == 0

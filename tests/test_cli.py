@@ -27,12 +27,12 @@ def run_dirs(tmp_path_factory):
 def test_train_eval_sample_end_to_end(run_dirs, tmp_path, capsys):
     out = tmp_path / "eval.json"
     assert main(["eval", str(run_dirs["mdlm"]), "--num-t-samples", "2", "--out", str(out)]) == 0
-    report = json.loads(out.read_text())
+    report = json.loads(out.read_text())["results"][0]
     assert report["bound"] is True and report["num_t_samples"] == 2
     assert report["num_tokens"] == len(CharTokenizer().encode(open(FIXTURE).read()))
     assert report["bits_per_character"] == pytest.approx(report["nll_nats_per_token"] / 0.6931471805599453)
     assert main(["eval", str(run_dirs["ar"]), "--out", str(out)]) == 0
-    assert json.loads(out.read_text())["bound"] is False
+    assert json.loads(out.read_text())["results"][0]["bound"] is False
     samples = tmp_path / "samples.txt"
     assert main(["sample", str(run_dirs["mdlm"]), "--num-samples", "3", "--batch-size", "2", "--steps", "8",
                  "--out", str(samples)]) == 0
@@ -45,7 +45,7 @@ def test_eval_is_reproducible(run_dirs, tmp_path):
     a, b = tmp_path / "a.json", tmp_path / "b.json"
     main(["eval", str(run_dirs["mdlm"]), "--out", str(a)])
     main(["eval", str(run_dirs["mdlm"]), "--out", str(b)])
-    assert json.loads(a.read_text())["nll_nats_per_token"] == json.loads(b.read_text())["nll_nats_per_token"]
+    assert json.loads(a.read_text())["results"] == json.loads(b.read_text())["results"]
 
 
 def _error(capsys, argv):
@@ -126,10 +126,10 @@ def test_dna_train_eval_and_zero_shot_fasta(tmp_path, capsys):
                  "train.val_batches=1", "train.progress_bar=false"]) == 0
     out = tmp_path / "held_out.json"
     assert main(["eval", str(run), "--out", str(out)]) == 0
-    held_out = json.loads(out.read_text())
+    held_out = json.loads(out.read_text())["results"][0]
     assert "bits_per_base" in held_out and held_out["data"] == "fasta test split"
     assert main(["eval", str(run), "--data", str(fa), "--out", str(out)]) == 0
-    zero_shot = json.loads(out.read_text())
+    zero_shot = json.loads(out.read_text())["results"][0]
     text = open(fa).read()
     bases = sum(len(line.strip()) for line in text.splitlines() if not line.startswith(">"))
     n_count = sum(line.strip().upper().count("N") for line in text.splitlines() if not line.startswith(">"))

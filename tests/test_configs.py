@@ -50,7 +50,7 @@ def test_preset_fills_and_explicit_keys_win():
     ("train.backbone_lr_scale=0", r"train.backbone_lr_scale must be a finite number > 0, got 0.*"
                                   r"train.freeze_backbone_steps=train.max_steps"),
     ("train.backbone_lr_scale=-0.1", "train.backbone_lr_scale must be a finite number > 0"),
-    ("train.backbone_lr_scale=.inf", "train.backbone_lr_scale must be a finite number > 0"),
+    ("train.backbone_lr_scale=.inf", "train.backbone_lr_scale must be a finite number, got inf"),
 ])
 def test_bad_overrides_name_the_key(override, message):
     with pytest.raises(ConfigError, match=message):

@@ -304,6 +304,7 @@ def test_train_eval_sample_with_rc(tmp_path, capsys):
     assert main(["eval", str(run), "--rc-conjoin", "--out", str(conj)]) == 0
     a, b = json.loads(plain.read_text()), json.loads(conj.read_text())
     assert b["rc_conjoined"] is True and "rc_conjoined" not in a
+    a, b = a["results"][0], b["results"][0]
     # conjoining an equivariant model changes nothing: the same bound, to float32 round-off
     assert abs(a["bits_per_base"] - b["bits_per_base"]) < 1e-5
     assert main(["sample", str(run), "--rc-conjoin", "--num-samples", "2", "--steps", "4"]) == 0

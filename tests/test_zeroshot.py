@@ -66,18 +66,18 @@ def test_registered_detokenizer_is_applied_before_scoring(run, tmp_path, monkeyp
     monkeypatch.setattr(datasets, "_hub_load", lambda path, name, split: rows)
     out = tmp_path / "ptb.json"
     assert main(["eval", str(run), "--dataset", "ptb", "--out", str(out)]) == 0
-    report = json.loads(out.read_text())
+    (report,) = json.loads(out.read_text())["results"]
     assert report["detokenizer"] == "ptb" and report["dataset"] == "ptb/test"
     clean = "\n\n".join(datasets.ptb_detokenize(d) for d in rows["sentence"] if d)
     assert report["nll_nats_per_token"] == pytest.approx(_direct(run, clean), rel=1e-9)
     assert main(["eval", str(run), "--dataset", "ptb", "--detokenizer", "none", "--out", str(out)]) == 0
-    raw = json.loads(out.read_text())
+    (raw,) = json.loads(out.read_text())["results"]
     assert raw["detokenizer"] is None and raw["num_tokens"] > report["num_tokens"]  # "do n t" vs "don t"
 
 
 def test_json_output(run, capsys):
     assert main(["eval", str(run), "--dataset", "shakespeare:test", "--json", "--out", "/dev/null"]) == 0
-    report = json.loads(capsys.readouterr().out)
+    (report,) = json.loads(capsys.readouterr().out)["results"]
     assert report["perplexity"] == pytest.approx(math.exp(report["nll_nats_per_token"]))
 
 

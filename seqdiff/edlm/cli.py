@@ -9,6 +9,7 @@ import argparse
 import json
 from pathlib import Path
 
+from seqdiff.config import finite_float
 from seqdiff.edlm.base import EnergyError
 
 
@@ -96,6 +97,6 @@ def add_parser(sub, common: argparse.ArgumentParser) -> None:
     q.add_argument("--split", default="train", choices=["train", "valid", "test"])
     q.add_argument("--steps", type=int, default=500)
     q.add_argument("--batch-size", type=int, default=32)
-    q.add_argument("--lr", type=float, default=3e-4)
+    q.add_argument("--lr", type=finite_float, default=3e-4)
     q.add_argument("--warmup-steps", type=int, default=50)
     q.set_defaults(func=cmd_edlm_train_nce, command="edlm train-nce")

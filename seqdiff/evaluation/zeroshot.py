@@ -17,13 +17,15 @@ length, so that a zero-shot number is measured the way the model was validated. 
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from seqdiff.checkpoint import LoadedModel
-from seqdiff.config import DataConfig
+from seqdiff.config import ConfigError, DataConfig
 from seqdiff.data.text_files import DataFileError
 
 FASTA_SUFFIXES = (".fa", ".fasta", ".fna", ".fa.gz", ".fasta.gz", ".fna.gz")
@@ -130,6 +132,60 @@ def evaluate_source(model: LoadedModel, source: EvalSource, batch_size: int = 32
     report.update({"dataset": source.label, "split": source.split, "detokenizer": detok,
                    "data": str(source.file) if source.file is not None else source.corpus})
     return report
+
+
+def _short_hash(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:8]
+
+
+def source_key(source: EvalSource) -> str:
+    """A result file's name for one source: its label, plus a short hash of the resolved path for files and
+    folders, so that two sources with the same base name (a/test.txt, b/test.txt) never share a file."""
+    stem = source.label.replace("/", "-")
+    path = source.file if source.file is not None else Path(source.corpus) if source.corpus else None
+    if path is not None and (source.file is not None or path.is_dir()):
+        stem += "-" + _short_hash(str(path.expanduser().resolve()))
+    return stem
+
+
+def eval_results_path(checkpoint: str | Path, sources: list[EvalSource], own_split: str = "own") -> Path:
+    """Default `seqdiff eval` output: `<run>/eval/` for a run (or a checkpoint in its checkpoints/ folder),
+    `<export>/eval/` for an exported directory, `<folder>/eval/` beside a loose .ckpt; named by the source
+    (`source_key`), `zeroshot-<hash of the sources>` for several, the run's own split by its corpus and split.
+    A checkpoint other than a run's last.ckpt prefixes its own name (step100-...)."""
+    from seqdiff.checkpoint import LAST_CHECKPOINT, is_exported_dir
+
+    given = Path(checkpoint)
+    prefix = ""
+    if is_exported_dir(given):
+        folder = given / "eval"
+    elif given.is_dir():
+        folder = given / "eval"
+    elif given.parent.name == LAST_CHECKPOINT.parent.name:
+        folder = given.parent.parent / "eval"
+        prefix = "" if given.name == LAST_CHECKPOINT.name else given.stem + "-"
+    else:
+        folder = given.parent / "eval"
+        prefix = given.stem + "-"
+    if len(sources) == 1:
+        stem = source_key(sources[0])
+    elif sources:
+        stem = "zeroshot-" + _short_hash("\n".join(source_key(s) for s in sources))
+    else:  # the run's own corpus split (its config names it), e.g. shakespeare-test
+        stem = own_split.replace("/", "-")
+    return folder / f"{prefix}{stem}.json"
+
+
+def read_eval_results(path: str | Path) -> list[dict[str, Any]]:
+    """The reports of a `seqdiff eval` file: {"results": [...]} now, or the flat report older versions wrote
+    for a single source (returned as a one-element list)."""
+    data = json.loads(Path(path).read_text())
+    if isinstance(data, dict) and isinstance(data.get("results"), list):
+        common = {k: v for k, v in data.items() if k != "results"}
+        return [{**common, **r} for r in data["results"]]
+    if isinstance(data, dict) and "nll_nats_per_token" in data:
+        return [data]
+    raise ConfigError(f"{path} is not a `seqdiff eval` results file (no 'results' list)")
 
 
 UNIT_COLUMNS = {"character": "BPC", "base": "bits/base"}

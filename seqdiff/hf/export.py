@@ -156,9 +156,30 @@ def write_export(out_dir: str | Path, state_dict: dict[str, torch.Tensor], model
     return out
 
 
+RUN_OWN_FOLDERS = ("checkpoints", "logs", "eval", "wandb")
+"""Folders of a run directory that `seqdiff train` / `eval` write: an export never goes into or over them."""
+
+
+def _run_root(path: Path) -> Path | None:
+    """The run directory `path` lies in (or is): a folder with checkpoints/ and config.yaml or a last.ckpt."""
+    for folder in (path, *path.parents):
+        if (folder / "checkpoints").is_dir() and ((folder / "config.yaml").is_file()
+                                                  or (folder / LAST_CHECKPOINT).is_file()):
+            return folder
+    return None
+
+
 def _check_destination(out: Path, overwrite: bool, source: Path | None) -> None:
     if out.exists() and not out.is_dir():
         raise ExportError(f"{out} exists and is not a directory")
+    resolved = out.expanduser().resolve()
+    run = _run_root(resolved)
+    if run is not None:
+        inside = resolved.relative_to(run).parts
+        if not inside or inside[0] in RUN_OWN_FOLDERS:
+            where = "is the run directory" if not inside else f"lies in its {inside[0]}/ folder"
+            raise ExportError(f"{out} {where} {run}: an export never writes into or over a run's own files; choose "
+                              f"another output directory (e.g. {run}/hf or outside the run)")
     if source is not None and out.exists():
         src, dst = source.resolve(), out.resolve()
         if src == dst or dst in src.parents:

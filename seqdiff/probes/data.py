@@ -183,6 +183,10 @@ def read_table(path: str | Path) -> tuple[list[str], list[str]]:
             continue
         if len(row) <= max(seq_col, label_col):
             raise ProbeError(f"{path} line {line}: {len(row)} fields, expected at least {max(seq_col, label_col) + 1}")
+        for col, what in ((seq_col, "sequence"), (label_col, "label")):
+            if not row[col].strip():
+                raise ProbeError(f"{path} line {line}: the {header[col]!r} cell is empty; every row needs a "
+                                 f"{what} (remove the row or fill it in)")
         sequences.append(row[seq_col].strip())
         labels.append(row[label_col].strip())
     if not sequences:

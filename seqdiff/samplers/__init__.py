@@ -30,13 +30,19 @@ SAMPLERS.update({cls.name: cls for cls in (BD3LMSampler, BD3LMUncachedSampler)})
 DEFAULT_SAMPLER = {"mdlm": "cached", "ar": "ar", "sedd": "analytic", "d3pm": "d3pm"}
 
 
+def sampler_name(name: str | None, method) -> str | None:
+    """`name`, or the method's default when None (class attribute default_sampler, else DEFAULT_SAMPLER)."""
+    if name is None:
+        name = getattr(method, "default_sampler", None) or DEFAULT_SAMPLER.get(method.name)
+    return name
+
+
 def build_sampler(name: str | None, method, backbone, steps: int, temperature: float = 1.0,
                   top_p: float = 1.0, **options) -> Sampler:
     """Sampler by name; None picks the method's default (DEFAULT_SAMPLER: cached for MDLM, KV-cached for AR,
     analytic for SEDD, ancestral for D3PM). top_p < 1 (nucleus) is for the MDLM and AR samplers.
     `options` go to samplers that take more (edlm: energy, k, window)."""
-    if name is None:  # a method may name its own default (class attribute default_sampler, e.g. bd3lm)
-        name = getattr(method, "default_sampler", None) or DEFAULT_SAMPLER.get(method.name)
+    name = sampler_name(name, method)
     if name not in SAMPLERS:
         raise SamplerError(f"sample.sampler={name!r} is unknown; choose one of {sorted(SAMPLERS)}")
     return SAMPLERS[name](method, backbone, steps=steps, temperature=temperature, top_p=top_p, **options)
@@ -62,5 +68,6 @@ __all__ = [
     "SamplerError",
     "ThresholdSampler",
     "build_sampler",
+    "sampler_name",
     "generate_semi_ar",
 ]

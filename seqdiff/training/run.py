@@ -7,6 +7,13 @@ Layout of a run directory:
   checkpoints/step*.ckpt the same, named by step: `--resume` falls back to the newest readable one when
                          last.ckpt is corrupted (seqdiff.checkpoint.latest_readable_checkpoint)
   logs/metrics.csv       training and validation metrics, always
+  train.lock             while a trainer writes the directory: its pid and host (seqdiff.training.lock)
+
+What keeps it trustworthy (seqdiff.training.guards): a moved or copied directory resumes into its own
+last.ckpt; a non-finite loss stops the run before a checkpoint of that step is written; no checkpoint with
+non-finite weights is ever written; SIGTERM / SIGINT write a checkpoint of the current step and stop
+(TrainingInterrupted); `--resume` refuses a changed recipe (seqdiff.training.resume.RESUMABLE_KEYS lists
+what may change); a failed write (full disk, read-only folder) is one line and leaves no partial file.
 
 Several processes (train.strategy=ddp, train.devices, train.num_nodes): every process runs this function;
 data.batch_size is the global batch, split across processes by the data module, and only global rank 0
@@ -18,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import signal
 import sys
 import time
 from dataclasses import dataclass
@@ -35,33 +43,44 @@ from seqdiff.backbones import BLOCKS, load_pretrained, pretrained_model_config
 from seqdiff.checkpoint import CheckpointError, latest_readable_checkpoint, step_checkpoints
 from seqdiff.config import RunConfig, TrainConfig, to_dict
 from seqdiff.data import build_data_module
-from seqdiff.errors import SeqdiffError
 from seqdiff.methods import build_method, build_model
+from seqdiff.safe_io import WriteError, atomic_torch_save, atomic_write_text, ensure_dir, os_cause
 from seqdiff.tokenizers import build_tokenizer
 from seqdiff.training.clip_search import clip_search_callback
 from seqdiff.training.csv_log import ResumableCSVLogger
 from seqdiff.training.ema import EMA
 from seqdiff.training.fsdp2 import FSDP2Strategy, is_sharded, unsharded_copy
+from seqdiff.training.guards import (  # noqa: F401 (RunError is imported from here by the CLI and tests)
+    NonFiniteLossError,
+    NonFiniteWeightsError,
+    RunError,
+    SignalGuard,
+    TrainingInterrupted,
+    check_finite_weights,
+    loss_value,
+    non_finite_message,
+    relocate_checkpoint_state,
+    step_flags,
+)
+from seqdiff.training.lock import RunLock
 from seqdiff.training.module import SeqDiffModule
+from seqdiff.training.resume import check_resume
 
 LAST_CHECKPOINT = Path("checkpoints") / "last.ckpt"
 SEQDIFF_STRATEGIES = {"fsdp2": FSDP2Strategy}
 """train.strategy names that seqdiff builds itself; every other name goes to Lightning's registry."""
 
 
-class RunError(SeqdiffError):
-    """A run directory that cannot be started or resumed as asked."""
-
-
 class AtomicCheckpointIO(TorchCheckpointIO):
-    """Write to a temporary file, then rename: a crash mid-write never leaves a truncated checkpoint."""
+    """Write to a temporary file, then rename: a crash mid-write never leaves a truncated checkpoint.
+
+    Weights holding NaN or inf are never written (NonFiniteWeightsError); a failed write (full disk,
+    read-only folder) removes the temporary file and raises WriteError naming the path and the cause.
+    """
 
     def save_checkpoint(self, checkpoint, path, storage_options=None) -> None:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        torch.save(checkpoint, tmp)
-        os.replace(tmp, path)
+        check_finite_weights(checkpoint, path)
+        atomic_torch_save(checkpoint, path)
 
 
 class StepCheckpoint(ModelCheckpoint):
@@ -70,13 +89,82 @@ class StepCheckpoint(ModelCheckpoint):
     Lightning's own writes last.ckpt at the end of training only when no checkpoint was written before, so a
     run of 250 steps checkpointed every 83 would end with the weights of step 249 on disk (and a second call
     would resume it for one step, again and again).
+
+    It also holds the per-step guards (seqdiff.training.guards), because Lightning runs checkpoint callbacks
+    after all others: after each optimizer step (and the EMA update) a non-finite loss raises
+    NonFiniteLossError before this step can be saved, and a recorded SIGTERM / SIGINT writes a checkpoint of
+    this step and stops the loop. File versioning (`last-v1.ckpt`) is off and the saved paths follow a moved
+    run directory, so a resume always continues into checkpoints/last.ckpt.
     """
 
-    def on_train_end(self, trainer, pl_module) -> None:
-        if not self._should_skip_saving_checkpoint(trainer):  # skips when this step is already on disk
+    def __init__(self, *args, guard: SignalGuard | None = None, saved_step: int | None = None, **kwargs):
+        super().__init__(*args, enable_version_counter=False, **kwargs)
+        self.guard = guard
+        self.saved_step = saved_step
+        """Step of the newest checkpoint on disk (the resumed one until this run writes one)."""
+        self.interrupted_at: int | None = None
+        self._step_seen: int | None = None  # global_step at the previous batch end (gradient accumulation)
+
+    @property
+    def state_key(self) -> str:
+        """One key whatever the cadence, so a resume with another train.checkpoint_every restores the state."""
+        return "StepCheckpoint"
+
+    def load_state_dict(self, state_dict) -> None:
+        super().load_state_dict(relocate_checkpoint_state(state_dict, self.dirpath))
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        super().on_train_start(trainer, pl_module)
+        self._step_seen = trainer.global_step
+        if self.guard is not None:  # over the SIGTERM handler Lightning installed when fit started
+            self.guard.install()
+            connector = getattr(trainer, "_signal_connector", None)
+            if connector is not None:
+                connector.received_sigterm = False
+
+    def _kept(self) -> str | None:
+        last = Path(self.dirpath) / LAST_CHECKPOINT.name
+        return f"{last} (step {self.saved_step})" if self.saved_step is not None and last.is_file() else None
+
+    def _save_checkpoint(self, trainer, filepath) -> None:
+        try:
+            super()._save_checkpoint(trainer, filepath)
+        except NonFiniteWeightsError as e:  # the loss was still finite, the update that followed was not
+            tcfg = trainer.lightning_module.train_config
+            what = str(e).split(" at step ")[0]
+            raise NonFiniteWeightsError(non_finite_message(trainer.global_step, what, tcfg.lr, tcfg.grad_clip,
+                                                           self._kept())) from e
+        self.saved_step = trainer.global_step
+        if self.guard is not None:
+            self.guard.step_saved = f"{Path(self.dirpath) / LAST_CHECKPOINT.name} (step {self.saved_step})"
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        bad, stop = step_flags(trainer, pl_module, outputs, self.guard)
+        if bad:
+            loss = loss_value(outputs)
+            local = loss.item() if loss is not None and not bool(torch.isfinite(loss).all()) else None
+            what = f"the training loss is {local}" if local is not None else "the training loss of another process " \
+                   "is not finite"
+            tcfg = pl_module.train_config
+            raise NonFiniteLossError(non_finite_message(trainer.global_step, what, tcfg.lr, tcfg.grad_clip,
+                                                        self._kept()))
+        super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+        stepped = trainer.global_step != self._step_seen  # not in the middle of accumulating gradients
+        self._step_seen = trainer.global_step
+        if stop and stepped and self.interrupted_at is None:
+            self.save_now(trainer)
+            self.interrupted_at = trainer.global_step
+            trainer.should_stop = True
+
+    def save_now(self, trainer) -> None:
+        """Write the step-named checkpoint and last.ckpt of the current step (unless already on disk)."""
+        if not self._should_skip_saving_checkpoint(trainer):
             candidates = self._monitor_candidates(trainer)
             self._save_topk_checkpoint(trainer, candidates)
             self._save_last_checkpoint(trainer, candidates)
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        self.save_now(trainer)  # skips when this step is already on disk
         super().on_train_end(trainer, pl_module)
 
 
@@ -133,9 +221,7 @@ def _add_training_time(run_dir: Path, seconds: float, step: int) -> None:
     """Accumulate wall-clock training time across resumes in <run_dir>/timing.json."""
     path = run_dir / "timing.json"
     total = json.loads(path.read_text()).get("train_seconds", 0.0) if path.is_file() else 0.0
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps({"train_seconds": total + seconds, "step": step}) + "\n")
-    os.replace(tmp, path)
+    atomic_write_text(path, json.dumps({"train_seconds": total + seconds, "step": step}) + "\n")
 
 
 def resolve_init_from(value: str) -> Path:
@@ -197,9 +283,16 @@ def resolve_precision(setting: str) -> str:
 
 def train(config: RunConfig, run_dir: str | Path, resume: bool = False,
           extra_callbacks: list | None = None) -> TrainResult:
-    """Train (or resume) the recipe in `run_dir`; returns the trained module and the last checkpoint."""
+    """Train (or resume) the recipe in `run_dir`; returns the trained module and the last checkpoint.
+
+    Raises TrainingInterrupted after SIGTERM / SIGINT (a checkpoint of the step reached is on disk),
+    NonFiniteLossError when the loss stops being finite, RunError / WriteError for what cannot be done.
+    """
     run_dir = Path(run_dir)
     last = run_dir / LAST_CHECKPOINT
+    for folder in (run_dir, run_dir / "checkpoints"):
+        if folder.exists() and not folder.is_dir():
+            raise RunError(f"--run-dir {run_dir}: {folder} is a file, not a directory")
     has_checkpoint = last.is_file() or bool(step_checkpoints(last.parent))
     if resume and not has_checkpoint:
         raise RunError(f"--resume: no checkpoint at {last}")
@@ -211,6 +304,7 @@ def train(config: RunConfig, run_dir: str | Path, resume: bool = False,
     if tcfg.strategy not in strategies:
         raise RunError(f"train.strategy={tcfg.strategy!r} is unknown; choose one of {strategies}")
     strategy, accelerator = build_strategy(tcfg)
+    check_accelerator(accelerator)
     precision = resolve_precision(tcfg.precision)
     if isinstance(strategy, FSDP2Strategy) and precision not in FSDP2Strategy.precisions:
         raise RunError(f"train.strategy=fsdp2 does not run with train.precision={tcfg.precision}; use bf16-mixed "
@@ -237,7 +331,6 @@ def train(config: RunConfig, run_dir: str | Path, resume: bool = False,
             ckpt_path, ckpt = latest_readable_checkpoint(last)
         except CheckpointError as e:
             raise RunError(f"--resume: {e}") from e
-        resume_step = int(ckpt["global_step"])
         saved = ckpt.get("hyper_parameters", {}).get("train", {}).get("strategy", "auto")
         if optimizer_layout(saved) != optimizer_layout(tcfg.strategy):
             raise RunError(f"--resume: {ckpt_path} was written with train.strategy={saved}, whose optimizer state "
@@ -247,6 +340,7 @@ def train(config: RunConfig, run_dir: str | Path, resume: bool = False,
             raise RunError(f"--resume: {ckpt_path} was trained with train.frozen_parameters={frozen}; its optimizer "
                            f"state holds exactly the parameters that setting trains, so resume with it (got "
                            f"{list(tcfg.frozen_parameters)})")
+        resume_step = check_resume(ckpt, ckpt_path, config, tokenizer.to_dict())  # every other recipe change
         del ckpt
 
     L.seed_everything(tcfg.seed, workers=True, verbose=False)
@@ -260,9 +354,11 @@ def train(config: RunConfig, run_dir: str | Path, resume: bool = False,
             print(f"seqdiff: {len(loaded['loaded'])} weights loaded from {config.model.init_from}{fresh}",
                   file=sys.stderr)
 
-    callbacks = [StepCheckpoint(dirpath=run_dir / "checkpoints", filename="step{step}", save_last=True,
-                                every_n_train_steps=tcfg.checkpoint_every, save_top_k=1,
-                                auto_insert_metric_name=False)]
+    guard = SignalGuard()
+    checkpointer = StepCheckpoint(dirpath=run_dir / "checkpoints", filename="step{step}", save_last=True,
+                                  every_n_train_steps=tcfg.checkpoint_every, save_top_k=1,
+                                  auto_insert_metric_name=False, guard=guard, saved_step=resume_step)
+    callbacks = [checkpointer]
     if tcfg.ema_decay > 0:
         callbacks.append(EMA(tcfg.ema_decay))
     if clip_search is not None:
@@ -305,16 +401,45 @@ def train(config: RunConfig, run_dir: str | Path, resume: bool = False,
         raise RunError(f"data.batch_size={config.data.batch_size} is the global batch and must divide by the "
                        f"{trainer.world_size} training processes (train.num_nodes={tcfg.num_nodes} x "
                        f"{trainer.world_size // tcfg.num_nodes} devices)")
+    lock = RunLock(run_dir)
     if rank_zero_only.rank == 0:  # the other processes of a multi-process run re-run this function
-        run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(config), sort_keys=False))
-        tokenizer.save_pretrained(run_dir)
-    start = time.perf_counter()
+        ensure_dir(run_dir, "run directory")
+        lock.acquire()  # one trainer per run directory
     try:
-        trainer.fit(module, datamodule=data, ckpt_path=str(ckpt_path) if ckpt_path is not None else None)
-    finally:  # close the wandb run, or the next train() in this process would log into it
-        if tcfg.wandb and rank_zero_only.rank == 0 and wandb_logger._experiment is not None:
-            wandb_logger.experiment.finish()
-    if rank_zero_only.rank == 0:  # one writer in a multi-process run
-        _add_training_time(run_dir, time.perf_counter() - start, trainer.global_step)
+        if rank_zero_only.rank == 0:
+            _remove_partial_files(run_dir)
+            atomic_write_text(run_dir / "config.yaml", yaml.safe_dump(to_dict(config), sort_keys=False))
+            try:
+                tokenizer.save_pretrained(run_dir)
+            except OSError as e:
+                raise WriteError(f"cannot write the tokenizer into {run_dir}: {os_cause(e)}") from e
+        start = time.perf_counter()
+        guard.install()  # a signal during set-up stops at the first step boundary
+        try:
+            trainer.fit(module, datamodule=data, ckpt_path=str(ckpt_path) if ckpt_path is not None else None)
+        finally:  # close the wandb run, or the next train() in this process would log into it
+            guard.uninstall()
+            if tcfg.wandb and rank_zero_only.rank == 0 and wandb_logger._experiment is not None:
+                wandb_logger.experiment.finish()
+        if rank_zero_only.rank == 0:  # one writer in a multi-process run
+            _add_training_time(run_dir, time.perf_counter() - start, trainer.global_step)
+    finally:
+        lock.release()
+    if checkpointer.interrupted_at is not None:
+        raise TrainingInterrupted(guard.signum or signal.SIGTERM, checkpointer.interrupted_at, last, run_dir)
     return TrainResult(run_dir=run_dir, checkpoint=last, module=module, trainer=trainer)
+
+
+def check_accelerator(accelerator: str) -> None:
+    """train.accelerator=gpu / cuda without a visible CUDA device: one line before anything is built."""
+    if accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
+        raise RunError(f"train.accelerator={accelerator}, but torch sees no CUDA GPU here "
+                       f"(torch.cuda.is_available() is False); use train.accelerator=cpu or auto")
+
+
+def _remove_partial_files(run_dir: Path) -> None:
+    """`*.tmp` files an earlier process left when it was killed mid-write (no trainer holds the lock)."""
+    for folder in (run_dir, run_dir / "checkpoints"):
+        for tmp in folder.glob("*.tmp") if folder.is_dir() else ():
+            if not tmp.name.startswith(".train.lock"):
+                tmp.unlink(missing_ok=True)
