@@ -75,8 +75,8 @@ def test_registered_detokenizer_is_applied_before_scoring(run, tmp_path, monkeyp
     assert raw["detokenizer"] is None and raw["num_tokens"] > report["num_tokens"]  # "do n t" vs "don t"
 
 
-def test_json_output(run, capsys):
-    assert main(["eval", str(run), "--dataset", "shakespeare:test", "--json", "--out", "/dev/null"]) == 0
+def test_json_output(run, capsys, tmp_path):
+    assert main(["eval", str(run), "--dataset", "shakespeare:test", "--json", "--out", str(tmp_path / "r.json")]) == 0
     (report,) = json.loads(capsys.readouterr().out)["results"]
     assert report["perplexity"] == pytest.approx(math.exp(report["nll_nats_per_token"]))
 
