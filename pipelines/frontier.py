@@ -73,12 +73,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="also run EDLM importance sampling on each MDLM checkpoint with this energy (ar:AR_RUN, "
                         "coar:AR_RUN or nce:ENERGY.pt)")
     p.add_argument("--edlm-k", type=int, default=2, help="EDLM: candidates per importance step")
-    p.add_argument("--edlm-window", type=float, default=0.2, help="EDLM: importance steps for t >= 1 - window")
-    from seqdiff.config import SampleConfig, field_help
+    from seqdiff.config import SampleConfig, field_help, finite_float
+
+    p.add_argument("--edlm-window", type=finite_float, default=0.2, help="EDLM: importance steps for t >= 1 - window")
 
     docs = field_help(SampleConfig)
     for key in ("remdm_schedule", "remdm_eta", "threshold"):
-        p.add_argument("--" + key.replace("_", "-"), type=str if key == "remdm_schedule" else float,
+        p.add_argument("--" + key.replace("_", "-"), type=str if key == "remdm_schedule" else finite_float,
                        default=getattr(SampleConfig, key), help=docs[key])
     p.add_argument("--steps", default="8,16,32,64,128,256", help="comma-separated step counts (diffusion)")
     p.add_argument("--length", type=int, default=None, help="tokens per sample (default: the models' block length)")

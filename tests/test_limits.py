@@ -158,3 +158,14 @@ def test_a_read_only_file_system_is_named(tmp_path, monkeypatch, capsys):
     err = _error(capsys, ["train", "--run-dir", str(tmp_path / "r"), *RECIPE])
     assert f"cannot write file {tmp_path / 'r' / 'config.yaml'}: read-only file system" in err
     assert not (tmp_path / "r" / "train.lock").exists()
+
+
+def test_frontier_float_flags_refuse_nan(capsys):
+    import pytest
+
+    from seqdiff.cli import main as seqdiff_main
+
+    for flag in ("--edlm-window", "--remdm-eta", "--threshold"):
+        with pytest.raises(SystemExit) as e:
+            seqdiff_main(["frontier", "--checkpoint", "x", "--oracle", "y", flag, "nan"])
+        assert e.value.code == 2 and "finite number" in capsys.readouterr().err
