@@ -85,8 +85,10 @@ class MethodConfig:
     """Method registry key (see seqdiff.methods.METHODS): mdlm, ar, sedd or d3pm."""
     schedule: str = "loglinear"
     """Noise schedule for diffusion methods (see seqdiff.schedules.SCHEDULES)."""
-    time_sampling: Literal["antithetic", "uniform"] = "antithetic"
-    """How training times are drawn: antithetic (one per stratum, lower variance) or i.i.d. uniform."""
+    time_sampling: Literal["mask_count", "antithetic_jitter", "antithetic", "uniform"] = "antithetic"
+    """Noise of a training draw: mask_count (mdlm: k ~ U{1..n} masked tokens per row, weight n/k; lowest measured
+    variance; continuous time, SUBS, no time conditioning), or times one per stratum: antithetic_jitter
+    ((u_i + i)/B), antithetic (one shared offset, (u + i/B) mod 1), uniform (i.i.d.). See reports/variance."""
     num_timesteps: int = 0
     """0: continuous-time NELBO; T > 0: the discrete-time NELBO with T steps (d3pm is discrete: 0 means 1000)."""
     t_min: float = 1e-3
@@ -101,6 +103,9 @@ class MethodConfig:
     def __post_init__(self) -> None:
         if self.num_timesteps < 0:
             raise ConfigError(f"method.num_timesteps must be >= 0, got {self.num_timesteps}")
+        if self.time_sampling == "mask_count" and self.name != "mdlm":
+            raise ConfigError(f"method.time_sampling=mask_count is mdlm's; method.name={self.name} draws times: use "
+                              f"antithetic_jitter, antithetic or uniform")
         if not 0 <= self.t_min < 1:
             raise ConfigError(f"method.t_min must lie in [0, 1), got {self.t_min}")
         if self.subs is not None and not isinstance(self.subs, bool):
