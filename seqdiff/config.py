@@ -252,6 +252,11 @@ class TrainConfig:
     frozen_parameters: list[str] = field(default_factory=list)
     """Backbone parameters never trained, as name patterns (`layers.*`, `embeddings.word.weight`; fnmatch): they
     keep their initial (or model.init_from) weights bit for bit, get no optimizer state and no EMA copy."""
+    micro_batch_size: int = 0
+    """Rows per forward / backward pass: each process's share of data.batch_size is split into micro-batches whose
+    gradients add up before one optimizer step (same data and result as unsplit; 0: no split). Must divide it."""
+    compile: bool = False
+    """torch.compile the backbone (Inductor); falls back to eager with a warning where compilation is unavailable."""
 
     def __post_init__(self) -> None:
         for key in ("max_steps", "val_every", "checkpoint_every", "log_every", "num_nodes"):
@@ -260,6 +265,8 @@ class TrainConfig:
         if not 0 <= self.freeze_backbone_steps <= self.max_steps:
             raise ConfigError(f"train.freeze_backbone_steps must lie in [0, train.max_steps={self.max_steps}], got "
                               f"{self.freeze_backbone_steps}")
+        if self.micro_batch_size < 0:
+            raise ConfigError(f"train.micro_batch_size must be >= 0 (0: no split), got {self.micro_batch_size}")
         bad = [p for p in self.frozen_parameters if not isinstance(p, str) or not p.strip()]
         if bad:
             raise ConfigError(f"train.frozen_parameters: name patterns (non-empty strings) expected, got {bad}")

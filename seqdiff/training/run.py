@@ -40,7 +40,7 @@ from seqdiff.tokenizers import build_tokenizer
 from seqdiff.training.csv_log import ResumableCSVLogger
 from seqdiff.training.ema import EMA
 from seqdiff.training.fsdp2 import FSDP2Strategy, is_sharded, unsharded_copy
-from seqdiff.training.module import SeqDiffModule
+from seqdiff.training.module import SeqDiffModule, check_micro_batch
 
 LAST_CHECKPOINT = Path("checkpoints") / "last.ckpt"
 SEQDIFF_STRATEGIES = {"fsdp2": FSDP2Strategy}
@@ -298,6 +298,11 @@ def train(config: RunConfig, run_dir: str | Path, resume: bool = False,
         raise RunError(f"data.batch_size={config.data.batch_size} is the global batch and must divide by the "
                        f"{trainer.world_size} training processes (train.num_nodes={tcfg.num_nodes} x "
                        f"{trainer.world_size // tcfg.num_nodes} devices)")
+    # --- train.micro_batch_size (seqdiff.training.module): refused before anything is written
+    micro_problem = check_micro_batch(tcfg, config.data.batch_size, trainer.world_size)
+    if micro_problem:
+        raise RunError(micro_problem)
+    # ---
     if rank_zero_only.rank == 0:  # the other processes of a multi-process run re-run this function
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(config), sort_keys=False))
