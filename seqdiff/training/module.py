@@ -71,6 +71,7 @@ class SeqDiffModule(L.LightningModule):
         self._eval_sums: dict[str, torch.Tensor] = {}
         self._split_step = False  # this step's gradients were accumulated over micro-batches by training_step
         self._compiled = False
+        self._counts_checked = False  # micro-batches: the method's token counts were compared with the batch's
 
     def configure_model(self) -> None:
         """Shard the backbone under train.strategy=fsdp2 (Lightning sets the device mesh only then); compile it."""
@@ -140,7 +141,7 @@ class SeqDiffModule(L.LightningModule):
                 out = self.method.loss(self.backbone, batch, self._step_generator(step), rows=rows_j)
             else:
                 out = self.method.loss(self.backbone, slice_batch(batch, rows_j), generator)
-            if out.num_tokens.item() != counts[j].item():
+            if not self._counts_checked and out.num_tokens.item() != counts[j].item():  # a device sync: first step
                 raise RuntimeError(f"train.micro_batch_size: method {self.method.name} normalizes its loss by "
                                    f"{out.num_tokens.item()} tokens, not the {counts[j].item()} scored ones")
             share = out.loss * (counts[j] / total).to(out.loss.dtype)  # the unsplit per-token mean, summed over j
@@ -149,6 +150,7 @@ class SeqDiffModule(L.LightningModule):
             if not last:
                 with torch.autocast(self.device.type, enabled=False):
                     self.trainer.strategy.backward(share, None)
+        self._counts_checked = True
         return share, MethodOutput(loss=loss_sum.float(), nll_sum=nll_sum, num_tokens=total)
 
     def optimizer_zero_grad(self, epoch, batch_idx, optimizer) -> None:
