@@ -81,7 +81,9 @@ class SeqDiffModule(L.LightningModule):
 
             shard_backbone(self.backbone, mesh["data_parallel"])
         if self.train_config.compile and not self._compiled:
-            reason = compile_unavailable(self.device)
+            # the device the run trains on (the module may still be on the CPU when this hook runs)
+            device = self.trainer.strategy.root_device if self._trainer is not None else self.device
+            reason = compile_unavailable(device)
             if reason is None:
                 self.backbone.compile()
                 self._compiled = True
