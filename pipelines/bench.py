@@ -16,6 +16,10 @@ What one run measures (all on one device, in one process):
    AR with the KV cache, on untrained models (the cached sampler's savings depend on the schedule only).
 4. Peak memory of a training step (CUDA: allocator peak; CPU: peak RSS above the baseline).
 
+Every model trains with the fused AdamW where torch has it (what seqdiff's training uses, and Hugging Face
+Trainer's default optimizer since torch 2.8). `--compile` compiles the seqdiff models in place, as
+`train.compile` does (the warm-up steps absorb the compilation); the Hugging Face models stay eager.
+
 Noise control (the machines this runs on are shared): every model is warmed up first; then the contenders
 are timed in rounds, one after another with the order rotated every round, and the figures reported are
 medians over rounds with their spread. Ratios (seqdiff / HF, cached / uncached, model FLOP/s / matmul
@@ -57,6 +61,7 @@ from seqdiff.backbones import build_backbone
 from seqdiff.config import MODEL_PRESETS, MethodConfig, ModelConfig
 from seqdiff.methods import AR, MDLM, Batch
 from seqdiff.samplers import build_sampler
+from seqdiff.training.module import adamw_implementation
 
 TRAIN_MODELS = ("seqdiff_bidirectional", "hf_bert", "hf_bert_gelu_new", "seqdiff_causal", "hf_gpt2")
 SEQDIFF_MODELS = ("seqdiff_bidirectional", "seqdiff_causal")
@@ -107,6 +112,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "were spent on it (at least one round always runs; a second one, up to twice the budget, when "
                    "other processes were busy during the first)")
     p.add_argument("--matmul-size", type=int, default=2048, help="n of the n x n @ n x n reference matmul")
+    p.add_argument("--compile", action="store_true",
+                   help="torch.compile the seqdiff models (train.compile); Hugging Face's stay eager, their default")
     p.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda, cuda:1, ...")
     p.add_argument("--threads", type=int, default=0,
                    help="torch intra-op threads (0 = torch's default, usually the number of cores)")
@@ -123,6 +130,8 @@ def _validate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> list
         parser.error(f"--threads must be >= 0, got {args.threads}")
     if args.warmup < 0:
         parser.error(f"--warmup must be >= 0, got {args.warmup}")
+    if args.compile and args.warmup < 1:
+        parser.error("--compile needs --warmup >= 1 (the first step compiles; it must not be timed)")
     if args.vocab_size < 5:
         parser.error(f"--vocab-size must be >= 5 (4 special tokens + 1), got {args.vocab_size}")
     try:
@@ -280,7 +289,8 @@ def make_train_step(name: str, model: nn.Module, shape: Shape, device: torch.dev
     gen = torch.Generator(device=device).manual_seed(seed)
     x = torch.randint(0, vocab.bos_id, (shape.batch_size, shape.seq_len), generator=gen, device=device)  # (B, L)
     batch = Batch(input_ids=x)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    params = list(model.parameters())
+    opt = torch.optim.AdamW(params, lr=1e-4, **adamw_implementation(params))  # fused: what both sides train with
     model.train()
     if name == "seqdiff_bidirectional":
         method = MDLM(MethodConfig(name="mdlm"), vocab)
@@ -479,6 +489,8 @@ def bench_training(shape: Shape, args: argparse.Namespace, device: torch.device,
     for i, name in enumerate(names):
         torch.manual_seed(args.seed + i)
         models[name] = build_model(name, shape).to(device)
+        if args.compile and name in SEQDIFF_MODELS:  # as train.compile does it: in place, compiled at warm-up
+            models[name].compile()
         steps[name] = make_train_step(name, models[name], shape, device, args.seed)
     matmul, matmul_flop = make_matmul(args.matmul_size, device, args.seed)
     params = {name: _num_params(m) for name, m in models.items()}
@@ -868,7 +880,8 @@ def main(argv: list[str] | None = None) -> int:
                    "batch_size": shape.batch_size, "vocab_size": shape.vocab_size, "repeats": args.repeats,
                    "steps_per_repeat": args.steps_per_repeat, "warmup": args.warmup, "sample_batches": batches,
                    "sample_repeats": args.sample_repeats, "sample_budget_s": args.sample_budget_s,
-                   "sample_steps": shape.seq_len, "matmul_size": args.matmul_size, "seed": args.seed},
+                   "sample_steps": shape.seq_len, "matmul_size": args.matmul_size, "seed": args.seed,
+                   "compile": args.compile, "optimizer": "AdamW fused (both sides) where torch has it"},
         "train_tokens_per_s": {name: s["median"] for name, s in train["tok_s"].items()},
         "train_tokens_per_s_spread": train["tok_s"],
         "ratio_vs_hf": ratio,

@@ -93,8 +93,10 @@ class MethodConfig:
     """Method registry key (seqdiff.methods.METHODS): {registry:methods}."""
     schedule: str = "loglinear"
     """Noise schedule for diffusion methods (seqdiff.schedules.SCHEDULES): {registry:schedules}."""
-    time_sampling: Literal["antithetic", "uniform"] = "antithetic"
-    """How training times are drawn: antithetic (one per stratum, lower variance) or i.i.d. uniform."""
+    time_sampling: Literal["mask_count", "antithetic_jitter", "antithetic", "uniform"] = "antithetic"
+    """Noise of a training draw: mask_count (mdlm: k ~ U{1..n} masked tokens per row, weight n/k; lowest measured
+    variance; continuous time, SUBS, no time conditioning), or times one per stratum: antithetic_jitter
+    ((u_i + i)/B), antithetic (one shared offset, (u + i/B) mod 1), uniform (i.i.d.). See reports/variance."""
     num_timesteps: int = 0
     """0: continuous-time NELBO; T > 0: the discrete-time NELBO with T steps (d3pm is discrete: 0 means 1000)."""
     t_min: float = 1e-3
@@ -119,6 +121,9 @@ class MethodConfig:
     def __post_init__(self) -> None:
         if self.num_timesteps < 0:
             raise ConfigError(f"method.num_timesteps must be >= 0, got {self.num_timesteps}")
+        if self.time_sampling == "mask_count" and self.name != "mdlm":
+            raise ConfigError(f"method.time_sampling=mask_count is mdlm's; method.name={self.name} draws times: use "
+                              f"antithetic_jitter, antithetic or uniform")
         if not 0 <= self.t_min < 1:
             raise ConfigError(f"method.t_min must lie in [0, 1), got {self.t_min}")
         if self.subs is not None and not isinstance(self.subs, bool):
@@ -281,6 +286,11 @@ class TrainConfig:
     frozen_parameters: list[str] = field(default_factory=list)
     """Backbone parameters never trained, as name patterns (`layers.*`, `embeddings.word.weight`; fnmatch): they
     keep their initial (or model.init_from) weights bit for bit, get no optimizer state and no EMA copy."""
+    micro_batch_size: int = 0
+    """Rows per forward / backward pass: each process's share of data.batch_size is split into micro-batches whose
+    gradients add up before one optimizer step (same data and result as unsplit; 0: no split). Must divide it."""
+    compile: bool = False
+    """torch.compile the backbone (Inductor); falls back to eager with a warning where compilation is unavailable."""
 
     def __post_init__(self) -> None:
         for key in ("max_steps", "val_every", "checkpoint_every", "log_every", "num_nodes"):
@@ -289,6 +299,8 @@ class TrainConfig:
         if not 0 <= self.freeze_backbone_steps <= self.max_steps:
             raise ConfigError(f"train.freeze_backbone_steps must lie in [0, train.max_steps={self.max_steps}], got "
                               f"{self.freeze_backbone_steps}")
+        if self.micro_batch_size < 0:
+            raise ConfigError(f"train.micro_batch_size must be >= 0 (0: no split), got {self.micro_batch_size}")
         bad = [p for p in self.frozen_parameters if not isinstance(p, str) or not p.strip()]
         if bad:
             raise ConfigError(f"train.frozen_parameters: name patterns (non-empty strings) expected, got {bad}")

@@ -170,12 +170,42 @@ def build_schedule(name: str) -> NoiseSchedule:
     return SCHEDULES[name]()
 
 
+TIME_SAMPLINGS = ("antithetic_jitter", "antithetic", "uniform")
+"""The time samplers of unit_times: per-stratum jitter, one shared offset over the strata, or i.i.d. uniform.
+(method.time_sampling also takes mask_count, MDLM's draw of a number of masked tokens: seqdiff.methods.mdlm.)"""
+
+
 def unit_times(batch_size: int, time_sampling: str, generator: torch.Generator | None = None,
                device: torch.device | str | None = None) -> Tensor:
-    """(B,) draws in [0, 1): antithetic (one per stratum) or i.i.d. uniform; methods map them to their times."""
+    """(B,) draws in [0, 1), one per row; methods map them to their times.
+
+    antithetic_jitter: stratum i holds (u_i + i) / B with B independent u_i (stratified_times).
+    antithetic:        the strata share one offset, (u + i / B) mod 1 (antithetic_times).
+    uniform:           B i.i.d. uniforms.
+    Each gives every row the uniform marginal on [0, 1), so each NELBO estimate is unbiased; they differ
+    only in how the rows' times are coupled, hence in the variance of the batch mean.
+    """
+    if time_sampling == "antithetic_jitter":
+        return stratified_times(batch_size, generator, device)
     if time_sampling == "antithetic":
         return antithetic_times(batch_size, generator, device, t_min=0.0)
-    return torch.rand(batch_size, generator=generator, device=device)
+    if time_sampling == "uniform":
+        return torch.rand(batch_size, generator=generator, device=device)
+    raise ValueError(f"time_sampling={time_sampling!r}; choose one of {list(TIME_SAMPLINGS)}")
+
+
+def stratified_times(batch_size: int, generator: torch.Generator | None = None,
+                     device: torch.device | str | None = None) -> Tensor:
+    """Per-stratum jitter: t_i = (u_i + i) / B with independent u_i ~ U[0, 1), row i in stratum i.
+
+    The MDLM reference's form. Row i alone is uniform on [i/B, (i+1)/B), and a row of a randomly ordered
+    batch is uniform on [0, 1). For a smooth integrand f the variance of the batch mean is
+    sum_i Var(f | stratum i) / B^2 = O(1/B^3), against O(1/B^2) for one shared offset (whose B times move
+    together, so a non-periodic f keeps a first-order term) and 1/B for i.i.d. draws.
+    """
+    u = torch.rand(batch_size, generator=generator, device=device, dtype=torch.float64)  # (B,)
+    t = (u + torch.arange(batch_size, device=device, dtype=torch.float64)) / batch_size
+    return t.clamp(max=1.0 - 2.0**-24).float()  # float32 rounding must not reach 1 (the draw is in [0, 1))
 
 
 def antithetic_times(batch_size: int, generator: torch.Generator | None = None,

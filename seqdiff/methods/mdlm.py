@@ -9,6 +9,16 @@
   it approaches the continuous bound from above as T grows.
 - Reverse step q(x_s | x_t, x_0 ~ x_theta): a masked token stays masked with probability
   (1 - alpha_s)/(1 - alpha_t), else becomes v with probability x_theta[v] (alpha_s - alpha_t)/(1 - alpha_t).
+- `method.time_sampling: mask_count` (RADD / MD4's form of the same bound; Ou et al. 2024, arXiv 2406.03736;
+  Shi et al. 2024, arXiv 2406.04329): for a time-agnostic SUBS denoiser the continuous NELBO of a sequence of
+  n scored tokens is sum_k (1/k) E[sum over masked of -log x_theta | k random positions masked], since
+  int_0^1 (1/t) C(n,k) t^k (1-t)^(n-k) dt = 1/k. So each row draws k uniformly from 1..n (stratified over the
+  batch), masks a uniformly random k-subset and weighs its cross-entropy by n/k <= n. No 1/t weight meets a
+  nearly clean row, which is where the time-based draws get most of their variance (reports/variance).
+  It estimates the untruncated bound (t_min -> 0, eps -> 0); the time-based draws estimate the one truncated
+  at t_min, O(t_min + eps) apart. Needs num_timesteps = 0, SUBS, and no time conditioning.
+- Micro-batches (`train.micro_batch_size`): `loss(..., rows=slice)` draws the noise of the whole batch and scores
+  only those rows, so a batch split into micro-batches sees exactly the noise of the unsplit one.
 - Time conditioning is optional and off by default (the SUBS model is time-agnostic; the cached sampler
   relies on it).
 - Ablation `method.subs: false` (the MDLM paper's "w/o SUBS" ablation row): the D3PM-style x0-parameterization
@@ -27,10 +37,10 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from seqdiff.categorical import probs_from_logits, sample_categorical
-from seqdiff.config import MethodConfig
+from seqdiff.config import ConfigError, MethodConfig
 from seqdiff.methods.base import Batch, Method, MethodOutput
 from seqdiff.methods.graphs import absorbing_posterior_kl, absorbing_posterior_kl_rate, absorbing_reverse_step
-from seqdiff.schedules import build_schedule, unit_times
+from seqdiff.schedules import build_schedule, stratified_times, unit_times
 from seqdiff.tokenizers.base import Tokenizer
 
 NEG_INF = float("-inf")
@@ -39,21 +49,60 @@ NEG_INF = float("-inf")
 class MDLM(Method):
     name = "mdlm"
     causal = False
+    whole_batch_noise = True
+    """loss(rows=...) draws the noise of the whole batch and scores the rows asked for (see the module docstring)."""
 
     def __init__(self, config: MethodConfig, tokenizer: Tokenizer):
         super().__init__(config, tokenizer)
         self.schedule = build_schedule(config.schedule)
         self.subs = True if config.subs is None else config.subs
+        if config.time_sampling == "mask_count" and (config.num_timesteps != 0 or not self.subs):
+            raise ConfigError(f"method.time_sampling=mask_count is the continuous-time SUBS bound of {self.name}: it "
+                              f"needs method.num_timesteps=0 and SUBS (got num_timesteps={config.num_timesteps}, "
+                              f"subs={self.subs}); use antithetic_jitter")
+        self.time_sampling = config.time_sampling
+
+    def check_backbone(self, backbone: nn.Module) -> None:
+        """mask_count gives the denoiser no time: refuse a time-conditioned backbone."""
+        config = getattr(backbone, "config", None)
+        if self.time_sampling == "mask_count" and getattr(config, "time_conditioning", False):
+            raise ConfigError("method.time_sampling=mask_count needs a time-agnostic denoiser (model.time_conditioning="
+                              "false); with time conditioning use antithetic_jitter")
 
     # ------------------------------------------------------------------ forward process
     def sample_times(self, batch_size: int, device, generator: torch.Generator | None) -> Tensor:
         """(B,) times; in discrete mode these are the grid points i/T, i in 1..T."""
         cfg = self.config
-        u = unit_times(batch_size, cfg.time_sampling, generator, device)
+        # mask_count draws no times in loss(); callers that corrupt by time themselves get stratified times
+        sampling = "antithetic_jitter" if self.time_sampling == "mask_count" else self.time_sampling
+        u = unit_times(batch_size, sampling, generator, device)
         if cfg.num_timesteps > 0:
             T = cfg.num_timesteps
             return (torch.floor(u * T).clamp(max=T - 1) + 1) / T
         return cfg.t_min + (1 - cfg.t_min) * u
+
+    def draw_noise(self, x0: Tensor, scored: Tensor, generator: torch.Generator | None
+                   ) -> tuple[Tensor, Tensor, Tensor]:
+        """(t (B,), x_t (B, L), weight (B,)): the times, corrupted tokens and loss weights of one training draw."""
+        if self.time_sampling == "mask_count":
+            return self.mask_count_noise(x0, scored, generator)
+        t = self.sample_times(x0.shape[0], x0.device, generator)  # (B,)
+        xt = self.corrupt(x0, t, scored, generator)  # (B, L)
+        return t, xt, self.loss_weight(t)
+
+    def mask_count_noise(self, x0: Tensor, scored: Tensor, generator: torch.Generator | None
+                         ) -> tuple[Tensor, Tensor, Tensor]:
+        """k ~ U{1..n} per row (stratified over the batch), a uniformly random k-subset of the n scored positions
+        masked, weight n / k. t = k / n is what a time-conditioned backbone would see (none may: check_backbone)."""
+        n = scored.sum(1)  # (B,) scored tokens per row
+        s = stratified_times(x0.shape[0], generator, x0.device)  # (B,) in [0, 1), one per stratum
+        k = torch.minimum(1 + torch.floor(s * n), n)  # (B,) uniform on 1..n (0 for a row with nothing scored)
+        keys = torch.rand(x0.shape, generator=generator, device=x0.device).masked_fill(~scored, 2.0)  # (B, L)
+        rank = keys.argsort(1).argsort(1)  # (B, L) rank of each key in its row; unscored positions rank last
+        xt = torch.where(rank < k[:, None], self.mask_id, x0)  # (B, L) exactly k masked, all scored
+        weight = (n / k.clamp(min=1)).float()  # (B,)
+        t = (k / n.clamp(min=1)).float().clamp(min=max(self.config.t_min, 1e-6))
+        return t, xt, weight
 
     def corrupt(self, x0: Tensor, t: Tensor, maskable: Tensor, generator: torch.Generator | None) -> Tensor:
         """x_t ~ q(x_t | x_0): mask each maskable token with probability 1 - alpha(t)."""
@@ -108,18 +157,23 @@ class MDLM(Method):
         return torch.where(xt == self.mask_id, per_token, torch.zeros_like(per_token))
 
     # ------------------------------------------------------------------ objective
-    def loss(self, backbone: nn.Module, batch: Batch, generator: torch.Generator | None = None) -> MethodOutput:
+    def loss(self, backbone: nn.Module, batch: Batch, generator: torch.Generator | None = None,
+             rows: slice | None = None) -> MethodOutput:
+        """The NELBO estimate of `batch`, or of its `rows` only, with the noise the whole batch would draw."""
         batch = Batch.from_any(batch)
         x0 = batch.input_ids  # (B, L)
         scored = batch.scored(self.pad_id)  # (B, L) positions that count
-        t = self.sample_times(x0.shape[0], x0.device, generator)  # (B,)
-        xt = self.corrupt(x0, t, scored, generator)  # (B, L)
-        logits = backbone(xt, noise_level=self.noise_level(t), attention_mask=batch.attention_mask)  # (B, L, V)
+        t, xt, weight = self.draw_noise(x0, scored, generator)  # (B,), (B, L), (B,)
+        attention_mask = batch.attention_mask
+        if rows is not None:  # a micro-batch: (b, ...) from here on
+            x0, scored, t, xt, weight = x0[rows], scored[rows], t[rows], xt[rows], weight[rows]
+            attention_mask = attention_mask[rows] if attention_mask is not None else None
+        logits = backbone(xt, noise_level=self.noise_level(t), attention_mask=attention_mask)  # (B, L, V)
         if self.subs:
             logits = self.subs_logits(logits)
             nll = F.cross_entropy(logits.flatten(0, 1).float(), x0.flatten(), reduction="none").view_as(x0)
             masked = xt == self.mask_id  # SUBS carry-over: only masked positions carry loss
-            per_token = torch.where(masked, self.loss_weight(t)[:, None] * nll, torch.zeros_like(nll))  # (B, L)
+            per_token = torch.where(masked, weight[:, None] * nll, torch.zeros_like(nll))  # (B, L)
         else:
             per_token = self.per_token_without_subs(logits, x0, xt, t)  # (B, L)
         num_tokens = scored.sum().to(torch.float64)

@@ -15,6 +15,27 @@ arXiv:2202.10054): the backbone's `head_parameters()` are the output head, the r
   the head (constant, or cosine to zero at max_steps).
 Without them the optimizer has the two groups it always had (decay / no decay), so old checkpoints resume.
 
+Micro-batches (`train.micro_batch_size = m`): training_step splits its share of the batch into rows of m and
+calls `backward` on each but the last itself (through the strategy, so a float16 loss scaler applies), weighting
+micro-batch j by its share of the scored tokens, so the accumulated gradient is that of the unsplit per-token
+mean; it returns the last one for Lightning's backward, clipping and optimizer step. Lightning would zero the
+gradients between training_step and that backward, so `optimizer_zero_grad` leaves them alone on split steps
+and training_step zeroes them before its first micro-batch. Gradient sync happens once: under DDP the earlier
+backward passes run inside DDP's forward, before it expects gradients, so they accumulate locally and the last
+backward all-reduces the sum; under fsdp2 `set_requires_gradient_sync(False)` keeps unsharded gradients until
+the last micro-batch reduce-scatters them. Methods with `whole_batch_noise` (MDLM) draw the noise of the whole
+batch for every micro-batch and score only its rows, so the step is the same whatever the split, up to the order
+of float additions; other methods get the rows of the batch (AR has no noise; SEDD's times are then stratified
+within each micro-batch: the same expected gradient, another coupling of its rows). Dropout masks do depend on
+the split. Changing micro_batch_size on resume is allowed for the same reason (checkpoints do not depend on it).
+
+AdamW is the fused kernel where torch has one for the parameters (CPU, CUDA), else the foreach one
+(`adamw_implementation`): the same update, one kernel instead of a Python loop over parameters.
+
+`train.compile` compiles the backbone in place (`nn.Module.compile`: parameter names and checkpoints unchanged)
+after sharding; when Inductor cannot compile a tiny probe function on the device at setup (no C++ compiler, an
+unsupported platform), the run warns in one line and stays eager.
+
 `train.frozen_parameters` (name patterns) switches `requires_grad` off for the backbone parameters it names, for
 the whole run: autograd computes no gradient for them, the optimizer and the EMA never see them, and they keep
 their initial weights bit for bit (e.g. `layers.*`: train a BERT's embeddings and head, keep its blocks).
@@ -23,6 +44,7 @@ their initial weights bit for bit (e.g. `layers.*`: train a BERT's embeddings an
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Any
 
 import lightning as L
@@ -30,7 +52,7 @@ import torch
 
 from seqdiff.config import ConfigError, MethodConfig, ModelConfig, TrainConfig, from_dict
 from seqdiff.data.blocks import step_generator
-from seqdiff.methods import Batch, build_model
+from seqdiff.methods import Batch, MethodOutput, build_model
 from seqdiff.tokenizers import tokenizer_from_dict
 
 
@@ -47,24 +69,47 @@ class SeqDiffModule(L.LightningModule):
                                                                     self.tokenizer)
         freeze_parameters(self.backbone, self.train_config.frozen_parameters)
         self._eval_sums: dict[str, torch.Tensor] = {}
+        self._split_step = False  # this step's gradients were accumulated over micro-batches by training_step
+        self._compiled = False
+        self._counts_checked = False  # micro-batches: the method's token counts were compared with the batch's
 
     def configure_model(self) -> None:
-        """Shard the backbone under train.strategy=fsdp2 (Lightning sets the device mesh only then)."""
+        """Shard the backbone under train.strategy=fsdp2 (Lightning sets the device mesh only then); compile it."""
         mesh = self._device_mesh
         if mesh is not None:
             from seqdiff.training.fsdp2 import shard_backbone
 
             shard_backbone(self.backbone, mesh["data_parallel"])
+        if self.train_config.compile and not self._compiled:
+            # the device the run trains on (the module may still be on the CPU when this hook runs)
+            device = self.trainer.strategy.root_device if self._trainer is not None else self.device
+            reason = compile_unavailable(device)
+            if reason is None:
+                self.backbone.compile()
+                self._compiled = True
+            else:
+                warnings.warn(f"train.compile=true: torch.compile is unavailable here ({reason}); training eagerly",
+                              stacklevel=1)
 
     # ---------------------------------------------------------------- training
-    def training_step(self, batch, batch_idx):
-        step = self.global_step
-        torch.manual_seed((self.train_config.seed * 7_919 + step) % (2**63))  # dropout, if any
+    def _step_generator(self, step: int) -> torch.Generator:
         # each process of a multi-process run draws its own noise
         generator = step_generator(self.train_config.seed + 1 + 1_000_033 * self.global_rank, step)
         if self.device.type != "cpu":
             generator = torch.Generator(self.device).manual_seed(generator.initial_seed())
-        out = self.method.loss(self.backbone, Batch.from_any(batch), generator)
+        return generator
+
+    def training_step(self, batch, batch_idx):
+        step = self.global_step
+        torch.manual_seed((self.train_config.seed * 7_919 + step) % (2**63))  # dropout, if any
+        batch = Batch.from_any(batch)
+        micro = self.train_config.micro_batch_size
+        self._split_step = 0 < micro < batch.input_ids.shape[0]
+        if self._split_step:  # loss: the last micro-batch's share to back-propagate; out: the whole batch's
+            loss, out = self._accumulate(batch, micro, step)
+        else:
+            out = self.method.loss(self.backbone, batch, self._step_generator(step))
+            loss = out.loss
         self.log("train/loss", out.loss, prog_bar=True)  # with several processes: process 0's share of the batch
         self.log("train/bits_per_token", out.nll_sum / out.num_tokens / math.log(2))
         groups = self.trainer.optimizers[0].param_groups
@@ -72,7 +117,48 @@ class SeqDiffModule(L.LightningModule):
         body = [g["lr"] for g in groups if g.get("name") == "body"]
         if body:
             self.log("lr_backbone", body[0])
-        return out.loss
+        return loss
+
+    def _accumulate(self, batch: Batch, micro: int, step: int) -> tuple[torch.Tensor, MethodOutput]:
+        """Forward and backward every micro-batch but the last; returns (the last one's weighted loss, for Lightning
+        to back-propagate; the whole batch's loss and NLL, detached, for logging)."""
+        rows = batch.input_ids.shape[0]
+        if rows % micro != 0:
+            raise ValueError(f"train.micro_batch_size={micro} does not divide this process's {rows} rows")
+        slices = [slice(a, a + micro) for a in range(0, rows, micro)]
+        scored = batch.scored(self.method.pad_id)  # (B, L)
+        counts = [scored[s].sum().to(torch.float64) for s in slices]
+        total = sum(counts[1:], counts[0]).clamp(min=1)
+        whole = getattr(self.method, "whole_batch_noise", False)
+        generator = self._step_generator(step)
+        for p in self.parameters():  # optimizer_zero_grad skips split steps: zero before the first micro-batch
+            p.grad = None
+        loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
+        nll_sum = torch.zeros((), dtype=torch.float64, device=self.device)
+        share = None
+        for j, rows_j in enumerate(slices):
+            last = j == len(slices) - 1
+            set_gradient_sync(self.backbone, last)
+            if whole:  # the noise of the whole batch, every time: the split changes nothing
+                out = self.method.loss(self.backbone, batch, self._step_generator(step), rows=rows_j)
+            else:
+                out = self.method.loss(self.backbone, slice_batch(batch, rows_j), generator)
+            if not self._counts_checked and out.num_tokens.item() != counts[j].item():  # a device sync: first step
+                raise RuntimeError(f"train.micro_batch_size: method {self.method.name} normalizes its loss by "
+                                   f"{out.num_tokens.item()} tokens, not the {counts[j].item()} scored ones")
+            share = out.loss * (counts[j] / total).to(out.loss.dtype)  # the unsplit per-token mean, summed over j
+            loss_sum += share.detach().to(torch.float64)
+            nll_sum += out.nll_sum
+            if not last:
+                with torch.autocast(self.device.type, enabled=False):
+                    self.trainer.strategy.backward(share, None)
+        self._counts_checked = True
+        return share, MethodOutput(loss=loss_sum.float(), nll_sum=nll_sum, num_tokens=total)
+
+    def optimizer_zero_grad(self, epoch, batch_idx, optimizer) -> None:
+        """Lightning zeroes gradients after training_step; on split steps they hold the earlier micro-batches."""
+        if not self._split_step:
+            optimizer.zero_grad()
 
     def on_before_optimizer_step(self, optimizer) -> None:
         """During the frozen phase drop the body's gradients: AdamW skips parameters whose grad is None."""
@@ -145,9 +231,74 @@ class SeqDiffModule(L.LightningModule):
             body_groups = split(body, name="body", lr=cfg.lr * cfg.backbone_lr_scale)
             groups = head_groups + body_groups
             lambdas = [lr_lambda(cfg)] * len(head_groups) + [backbone_lr_lambda(cfg)] * len(body_groups)
-        optimizer = torch.optim.AdamW(groups, lr=cfg.lr, betas=tuple(cfg.betas))
+        params = [p for g in groups for p in g["params"]]
+        optimizer = torch.optim.AdamW(groups, lr=cfg.lr, betas=tuple(cfg.betas), **adamw_implementation(params))
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambdas)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+
+def slice_batch(batch: Batch, rows: slice) -> Batch:
+    """The rows of a batch (every per-row field)."""
+    return Batch(input_ids=batch.input_ids[rows],
+                 loss_mask=batch.loss_mask[rows] if batch.loss_mask is not None else None,
+                 attention_mask=batch.attention_mask[rows] if batch.attention_mask is not None else None)
+
+
+def set_gradient_sync(backbone: torch.nn.Module, enabled: bool) -> None:
+    """fsdp2: reduce-scatter gradients in this backward (True) or keep accumulating unsharded ones (False)."""
+    from seqdiff.training.fsdp2 import is_sharded
+
+    if is_sharded(backbone):
+        backbone.set_requires_gradient_sync(enabled)
+
+
+MICRO_BATCH_STRATEGIES = ("auto", "fsdp2", "single_device")
+"""train.strategy values (besides ddp*) under which train.micro_batch_size is known to sync once per step."""
+
+
+def check_micro_batch(cfg: TrainConfig, global_batch: int, world_size: int) -> str | None:
+    """None, or why train.micro_batch_size cannot split this run's batch (checked before anything is written)."""
+    m = cfg.micro_batch_size
+    if m == 0:
+        return None
+    if cfg.strategy not in MICRO_BATCH_STRATEGIES and not cfg.strategy.startswith("ddp"):
+        return (f"train.micro_batch_size={m} runs with train.strategy auto, ddp or fsdp2 (one gradient sync per "
+                f"step), not {cfg.strategy}")
+    per_process = global_batch // world_size
+    if per_process % m != 0:
+        return (f"train.micro_batch_size={m} must divide each process's share of the batch, data.batch_size="
+                f"{global_batch} / {world_size} process(es) = {per_process}")
+    return None
+
+
+FUSED_ADAMW_DEVICES = ("cuda", "cpu")
+"""Devices with a fused AdamW kernel in torch (one kernel for every parameter; on CPU about 2x faster than the
+per-parameter loop, which is torch's CPU default)."""
+
+
+def adamw_implementation(params: list[torch.Tensor]) -> dict[str, bool]:
+    """AdamW's keyword for the fastest implementation torch has for these parameters: fused where every one is a
+    plain floating-point tensor on a FUSED_ADAMW_DEVICES device, else foreach (fsdp2's DTensor shards, others).
+    Hugging Face's Trainer picks the fused AdamW by default too (torch >= 2.8)."""
+    from torch.distributed.tensor import DTensor
+
+    plain = all(not isinstance(p, DTensor) and p.dtype.is_floating_point for p in params)
+    if params and plain and {p.device.type for p in params} <= set(FUSED_ADAMW_DEVICES):
+        return {"fused": True}
+    return {"foreach": True}
+
+
+def compile_unavailable(device: torch.device) -> str | None:
+    """None when torch.compile (Inductor) compiles and runs a tiny function on `device`; else the reason, one line."""
+    try:
+        fn = torch.compile(lambda x: torch.nn.functional.gelu(x) * 2 + 1, backend="inductor", fullgraph=True)
+        x = torch.ones(8, device=device)
+        if not torch.allclose(fn(x), torch.nn.functional.gelu(x) * 2 + 1):
+            return "the compiled probe gave a wrong result"
+    except Exception as e:  # any failure to compile means: stay eager
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        return f"{type(e).__name__}: {first[:200]}"
+    return None
 
 
 def trainable(backbone: torch.nn.Module) -> list[torch.nn.Parameter]:

@@ -63,7 +63,7 @@ from seqdiff.training.guards import (  # noqa: F401 (RunError is imported from h
     step_flags,
 )
 from seqdiff.training.lock import RunLock
-from seqdiff.training.module import SeqDiffModule
+from seqdiff.training.module import SeqDiffModule, check_micro_batch
 from seqdiff.training.resume import check_resume
 
 LAST_CHECKPOINT = Path("checkpoints") / "last.ckpt"
@@ -401,6 +401,11 @@ def train(config: RunConfig, run_dir: str | Path, resume: bool = False,
         raise RunError(f"data.batch_size={config.data.batch_size} is the global batch and must divide by the "
                        f"{trainer.world_size} training processes (train.num_nodes={tcfg.num_nodes} x "
                        f"{trainer.world_size // tcfg.num_nodes} devices)")
+    # --- train.micro_batch_size (seqdiff.training.module): refused before anything is written
+    micro_problem = check_micro_batch(tcfg, config.data.batch_size, trainer.world_size)
+    if micro_problem:
+        raise RunError(micro_problem)
+    # ---
     lock = RunLock(run_dir)
     if rank_zero_only.rank == 0:  # the other processes of a multi-process run re-run this function
         ensure_dir(run_dir, "run directory")

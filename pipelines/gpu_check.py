@@ -1,0 +1,249 @@
+"""`python -m pipelines.gpu_check` (scripts/gpu_check.sh): does seqdiff train well on a CUDA GPU?
+
+On one CUDA device it trains MDLM and then AR with `seqdiff.training.run.train`, the path `seqdiff train` takes,
+at the `small` preset (768 wide, 12 layers, 12 heads) and 1,024 tokens per row, with every GPU-scale feature on
+at once: train.compile, bf16 autocast, gradient accumulation (train.micro_batch_size) and train.strategy=fsdp2
+(on one device: the sharding code runs, nothing is split). Data: the shipped Shakespeare slice, characters.
+
+Measured per method, over the steps after the first `--skip-steps` (compilation, warm-up):
+- tokens/s: global batch x seq_len / median step time (from the start of a training batch to its end, CUDA
+  synchronized: forward, backward, optimizer; data loading and validation excluded);
+- MFU: model FLOPs per token (DiT.flops_per_token: 6 N + 12 n_layers d L, PaLM's convention) x tokens/s over
+  the device's dense bf16 peak (PEAK_BF16_TFLOPS by device name, or --peak-tflops);
+- peak memory: torch.cuda.max_memory_allocated over the run;
+and MDLM's step time over AR's. Writes <out>/gpu_check.json and <out>/README.md (numbers only from the run).
+
+On a machine without CUDA it refuses (exit 2) unless --allow-cpu, which runs the same code at whatever size
+is asked (the tests use it with the test preset, float32 and no compile).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import shlex
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+
+from seqdiff.backbones import build_backbone
+from seqdiff.config import MODEL_PRESETS, ModelConfig, load_run_config
+from seqdiff.tokenizers import build_tokenizer
+
+DEFAULT_OUT = Path("reports") / "bench" / "gpu"
+PEAK_BF16_TFLOPS: list[tuple[tuple[str, ...], float]] = [
+    (("H100", "PCIE"), 756.0),
+    (("H100",), 989.4),  # SXM / HBM3
+    (("H200",), 989.4),
+    (("GH200",), 989.4),
+    (("B200",), 2250.0),
+    (("A100",), 312.0),
+    (("L40S",), 362.0),
+    (("L4",), 121.0),
+    (("A10",), 125.0),
+]
+"""Dense bf16 tensor-core peaks (vendor data sheets, no sparsity), matched in order against the device name
+(upper case, every word of a key must occur)."""
+MFU_TARGET = 0.40
+STEP_RATIO_TARGET = 1.05
+
+
+def peak_bf16_flops(device_name: str) -> float | None:
+    """FLOP/s of the device's dense bf16 peak, from its name; None for a device not in PEAK_BF16_TFLOPS."""
+    name = device_name.upper()
+    for words, tflops in PEAK_BF16_TFLOPS:
+        if all(w in name for w in words):
+            return tflops * 1e12
+    return None
+
+
+def mfu(flops_per_token: float, tokens_per_s: float, peak_flops: float | None) -> float | None:
+    """Model FLOP utilization: achieved model FLOP/s over the peak."""
+    return None if not peak_flops else flops_per_token * tokens_per_s / peak_flops
+
+
+def model_flops_per_token(preset: str, seq_len: int, vocab_size: int, causal: bool) -> int:
+    """DiT.flops_per_token for the preset, built on the meta device (no memory)."""
+    cfg = ModelConfig(**MODEL_PRESETS[preset], max_seq_len=seq_len, time_conditioning=False)
+    with torch.device("meta"):
+        backbone = build_backbone(cfg, vocab_size, causal=causal)
+    return int(backbone.flops_per_token(seq_len))
+
+
+class StepTimer(L.Callback):
+    """Wall time of each training batch (start to end, device synchronized)."""
+
+    def __init__(self) -> None:
+        self.times: list[float] = []
+        self._t0 = 0.0
+
+    @staticmethod
+    def _sync(module) -> None:
+        if module.device.type == "cuda":
+            torch.cuda.synchronize(module.device)
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        self._sync(pl_module)
+        self._t0 = time.perf_counter()
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        self._sync(pl_module)
+        self.times.append(time.perf_counter() - self._t0)
+
+
+def overrides(method: str, args: argparse.Namespace, cuda: bool) -> list[str]:
+    """The recipe of one run (dotted overrides of seqdiff's RunConfig)."""
+    return [
+        f"method.name={method}", f"model.preset={args.preset}", f"model.max_seq_len={args.seq_len}",
+        "model.dropout=0.0", "data.corpus=shakespeare", "data.tokenizer=char", f"data.seq_len={args.seq_len}",
+        f"data.batch_size={args.batch_size}", f"train.micro_batch_size={args.micro_batch_size}",
+        f"train.max_steps={args.steps}", f"train.val_every={args.steps}", "train.val_batches=1",
+        f"train.checkpoint_every={args.steps}", "train.progress_bar=false",
+        f"train.log_every={max(1, args.steps // 10)}",
+        "train.warmup_steps=10", "train.lr=3e-4", f"train.compile={str(args.compile).lower()}",
+        f"train.precision={'bf16-mixed' if cuda else 'auto'}", "train.strategy=fsdp2", "train.devices=1",
+        f"train.accelerator={'gpu' if cuda else 'cpu'}",
+    ]
+
+
+def run_one(method: str, args: argparse.Namespace, cuda: bool, peak: float | None, work: Path) -> dict[str, Any]:
+    from seqdiff.training.run import train
+
+    recipe = overrides(method, args, cuda)
+    timer = StepTimer()
+    if cuda:
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+    start = time.perf_counter()
+    result = train(load_run_config(None, recipe), work / method, extra_callbacks=[timer])
+    wall = time.perf_counter() - start
+    timed = timer.times[args.skip_steps:]
+    step_s = statistics.median(timed)
+    tokens_per_s = args.batch_size * args.seq_len / step_s
+    vocab = build_tokenizer("char").vocab_size
+    fpt = model_flops_per_token(args.preset, args.seq_len, vocab, causal=method == "ar")
+    loss = result.trainer.callback_metrics.get("train/loss")
+    return {
+        "recipe": recipe,
+        "steps": len(timer.times),
+        "timed_steps": len(timed),
+        "step_s_median": step_s,
+        "step_s_spread": [min(timed), max(timed)],
+        "tokens_per_s": tokens_per_s,
+        "flops_per_token": fpt,
+        "mfu": mfu(fpt, tokens_per_s, peak),
+        "peak_memory_gb": torch.cuda.max_memory_allocated() / 2**30 if cuda else None,
+        "final_train_loss": float(loss) if loss is not None else None,
+        "wall_s": round(wall, 1),
+        "compiled": bool(result.module._compiled),
+    }
+
+
+def render(result: dict[str, Any]) -> str:
+    lines = [
+        "# seqdiff on a GPU: throughput, MFU and memory\n",
+        f"Made by `{result['command']}` on {result['date']} — device {result['device_name']}, torch {result['torch']}; "
+        f"preset {result['config']['preset']}, {result['config']['seq_len']} tokens per row, global batch "
+        f"{result['config']['batch_size']} in micro-batches of {result['config']['micro_batch_size']}, "
+        f"{result['config']['steps']} steps ({result['config']['skip_steps']} untimed), train.compile="
+        f"{str(result['config']['compile']).lower()}, {result['precision']}, train.strategy=fsdp2 on one device. "
+        f"Peak used for MFU: {result['peak_flops'] / 1e12 if result['peak_flops'] else 'unknown'} TFLOP/s "
+        f"({result['peak_source']}).\n",
+        "| method | tokens/s | step (s, median) | MFU | peak memory (GiB) | compiled | final train loss |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for method, r in result["runs"].items():
+        mfu_s = f"{r['mfu']:.1%}" if r["mfu"] is not None else "n/a"
+        mem = f"{r['peak_memory_gb']:.1f}" if r["peak_memory_gb"] is not None else "n/a"
+        loss = f"{r['final_train_loss']:.3f}" if r["final_train_loss"] is not None else "n/a"
+        lines.append(f"| {method} | {r['tokens_per_s']:,.0f} | {r['step_s_median']:.4f} | {mfu_s} | {mem} | "
+                     f"{r['compiled']} | {loss} |")
+    ratio = result.get("mdlm_over_ar_step_time")
+    lines.append(f"\nMDLM step time / AR step time: {ratio:.3f} (target <= {STEP_RATIO_TARGET}); MFU target for "
+                 f"MDLM: >= {MFU_TARGET:.0%}.\n" if ratio is not None else "")
+    return "\n".join(lines) + "\n"
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def write_report(out: Path, result: dict[str, Any]) -> None:
+    _write_atomically(out / "gpu_check.json", json.dumps(result, indent=2) + "\n")
+    _write_atomically(out / "README.md", render(result))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m pipelines.gpu_check", description=__doc__.split("\n")[0])
+    p.add_argument("--preset", default="small", choices=sorted(MODEL_PRESETS), help="DiT size preset")
+    p.add_argument("--seq-len", type=int, default=1024, help="tokens per row")
+    p.add_argument("--batch-size", type=int, default=32, help="global batch (rows per optimizer step)")
+    p.add_argument("--micro-batch-size", type=int, default=16, help="rows per forward / backward (accumulation)")
+    p.add_argument("--steps", type=int, default=300, help="optimizer steps per method")
+    p.add_argument("--skip-steps", type=int, default=30, help="first steps left out of the timing")
+    p.add_argument("--no-compile", dest="compile", action="store_false", help="train eagerly")
+    p.add_argument("--peak-tflops", type=float, default=None, help="the device's dense bf16 peak, if not in the table")
+    p.add_argument("--methods", default="mdlm,ar", help="comma-separated methods, in order")
+    p.add_argument("--allow-cpu", action="store_true", help="run without CUDA (for tests; no bf16)")
+    p.add_argument("--out", default=str(DEFAULT_OUT), help="output folder")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    cuda = torch.cuda.is_available()
+    if not cuda and not args.allow_cpu:
+        print("gpu_check: error: no CUDA device here (torch.cuda.is_available() is False); run it on a GPU "
+              "machine, or pass --allow-cpu to exercise the code on the CPU", file=sys.stderr)
+        return 2
+    if args.skip_steps >= args.steps:
+        parser.error(f"--skip-steps={args.skip_steps} leaves no step of --steps={args.steps} to time")
+    if args.batch_size % args.micro_batch_size != 0:
+        parser.error(f"--micro-batch-size={args.micro_batch_size} must divide --batch-size={args.batch_size}")
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    device_name = torch.cuda.get_device_name(0) if cuda else "cpu"
+    if args.peak_tflops:
+        peak, source = args.peak_tflops * 1e12, "--peak-tflops"
+    else:
+        peak = peak_bf16_flops(device_name) if cuda else None
+        source = "PEAK_BF16_TFLOPS table" if peak else "device not in the table"
+    runs = {}
+    with tempfile.TemporaryDirectory(prefix="seqdiff-gpu-check-") as work:
+        for method in methods:
+            print(f"gpu_check: training {method} ...", file=sys.stderr, flush=True)
+            runs[method] = run_one(method, args, cuda, peak, Path(work))
+    result: dict[str, Any] = {
+        "command": shlex.join(["python", "-m", "pipelines.gpu_check", *argv]),
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "device_name": device_name,
+        "torch": torch.__version__,
+        "precision": "bf16 autocast" if cuda else "float32",
+        "config": {k: v for k, v in vars(args).items() if k != "out"},
+        "peak_flops": peak,
+        "peak_source": source,
+        "runs": runs,
+        "mdlm_over_ar_step_time": (runs["mdlm"]["step_s_median"] / runs["ar"]["step_s_median"]
+                                   if {"mdlm", "ar"} <= set(runs) else None),
+        "mfu_target": MFU_TARGET,
+        "step_ratio_target": STEP_RATIO_TARGET,
+    }
+    write_report(Path(args.out), result)
+    print(render(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

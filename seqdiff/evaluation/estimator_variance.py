@@ -1,0 +1,135 @@
+"""Variance of a method's training-loss estimator, and of its gradient, at fixed weights.
+
+What is measured. At fixed weights theta, one training step sees the stochastic loss l(theta; x, noise) of a
+batch x and its gradient g = grad l. For each estimator (a `method.time_sampling`, optionally with several
+masks per sequence at equal cost) this draws R independent estimates and reports
+  loss_var   the sample variance of l over the R draws,
+  grad_var   the trace of the gradient's covariance, E ||g - E g||^2 (unbiased: sum ||g_r - g_bar||^2 / (R - 1)),
+  grad_norm2 ||g_bar||^2, the squared norm of the mean gradient (the signal the variance is compared with),
+and the means with their standard errors, so that the estimators can be seen to agree (each is unbiased).
+
+Two regimes, both at the same cost per draw (B rows, one forward and backward):
+- `fixed_batch`: one batch x held fixed, only the noise (times and masks) redrawn: the variance that the
+  time sampler controls.
+- `fresh_batch`: a new batch of windows every draw as well: the whole gradient noise SGD sees, where the
+  data's own variance is added to the sampler's.
+
+`masks_per_sequence = k`: B / k distinct windows, each repeated k times (tiled, so the copies of a sequence fall
+in strata B / k apart) and masked independently; at fixed data this can only add variance per row, but with
+fresh data it trades data variance for noise variance.
+
+Accumulation is in float64 (running sums of g and ||g||^2 per group of draws), so R draws of a P-parameter
+model cost O(P) memory. Draws are seeded by (seed, estimator index, draw), and every estimator sees the same batches.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from seqdiff.data.blocks import step_generator
+from seqdiff.methods import Batch
+from seqdiff.methods.base import Method
+
+
+@dataclass(frozen=True)
+class Estimator:
+    """One way to estimate the training loss of a batch of B rows."""
+
+    time_sampling: str
+    """method.time_sampling (seqdiff.schedules.TIME_SAMPLINGS)."""
+    masks_per_sequence: int = 1
+    """Independent masks of each window in the batch (B / k windows, each k times)."""
+
+    @property
+    def label(self) -> str:
+        k = self.masks_per_sequence
+        return self.time_sampling if k == 1 else f"{self.time_sampling} x{k} masks"
+
+
+@dataclass
+class EstimatorStats:
+    label: str
+    time_sampling: str
+    masks_per_sequence: int
+    regime: str
+    draws: int
+    loss_mean: float
+    loss_mean_stderr: float
+    loss_var: float
+    loss_var_stderr: float
+    grad_var: float
+    grad_var_stderr: float
+    grad_norm2: float
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def _grad_vector(loss: Tensor, params: list[nn.Parameter]) -> Tensor:
+    grads = torch.autograd.grad(loss, params, allow_unused=True)
+    return torch.cat([(torch.zeros_like(p) if g is None else g).reshape(-1).double() for g, p in zip(grads, params)])
+
+
+def _variances(losses: Tensor, g_sum: Tensor, g2_sum: float, n: int) -> tuple[float, float]:
+    """(sample variance of the losses, trace of the gradient covariance) from running sums over n draws."""
+    g_bar = g_sum / n
+    return float(losses.var()), (g2_sum - n * float(g_bar.square().sum())) / (n - 1)
+
+
+def measure(method_factory, backbone: nn.Module, batch_at, estimators: list[Estimator], draws: int,
+            regime: str = "fixed_batch", seed: int = 0, groups: int = 5) -> list[EstimatorStats]:
+    """Statistics of each estimator over `draws` draws at the backbone's current weights.
+
+    method_factory(time_sampling) -> Method; batch_at(k, rows) -> (rows, L) token ids, the k-th batch (a
+    function of k only). fixed_batch uses batch_at(0, B) for every draw, fresh_batch batch_at(1 + r, B / k).
+    The rows of every draw are put in a random order (the same for every estimator at draw r), as a data loader
+    would: a stratified sampler ties row i to stratum i, which is unbiased only over the order of the rows.
+    The variances' standard errors come from the spread of the estimates over `groups` disjoint groups of draws
+    (the losses are heavy-tailed near t = 0, so a variance needs many draws).
+    """
+    if regime not in ("fixed_batch", "fresh_batch"):
+        raise ValueError(f"regime={regime!r}; choose fixed_batch or fresh_batch")
+    if draws < 2 * groups or groups < 2:
+        raise ValueError(f"draws={draws}, groups={groups}: need groups >= 2 and at least 2 draws per group")
+    params = [p for p in backbone.parameters() if p.requires_grad]
+    full = batch_at(0, None)  # (B, L)
+    B = full.shape[0]
+    out = []
+    for e_index, est in enumerate(estimators):
+        k = est.masks_per_sequence
+        if B % k != 0:
+            raise ValueError(f"masks_per_sequence={k} does not divide the batch of {B} rows")
+        method: Method = method_factory(est.time_sampling)
+        losses = [[] for _ in range(groups)]
+        g_sums: list[Tensor | None] = [None] * groups
+        g2_sums = [0.0] * groups
+        for r in range(draws):
+            if regime == "fixed_batch":
+                x = full if k == 1 else full[: B // k]
+            else:
+                x = batch_at(1 + r, B // k)  # (B / k, L): the same windows for every estimator at draw r
+            x = x.repeat(k, 1)  # (B, L): copy j of window i at row j * B / k + i
+            x = x[torch.randperm(B, generator=step_generator(seed + 77, r))]  # a data loader's random order
+            loss = method.loss(backbone, Batch(x), step_generator(seed * 1_000 + e_index, r)).loss
+            g = _grad_vector(loss, params)  # (P,) float64
+            j = r % groups
+            losses[j].append(loss.item())
+            g_sums[j] = g if g_sums[j] is None else g_sums[j] + g
+            g2_sums[j] += float(g.square().sum())
+        all_losses = torch.tensor([v for group in losses for v in group], dtype=torch.float64)
+        g_sum = sum(g_sums[1:], g_sums[0])
+        loss_var, grad_var = _variances(all_losses, g_sum, sum(g2_sums), draws)
+        per_group = torch.tensor([_variances(torch.tensor(losses[j], dtype=torch.float64), g_sums[j], g2_sums[j],
+                                             len(losses[j])) for j in range(groups)], dtype=torch.float64)
+        stderr = per_group.std(0) / math.sqrt(groups)  # (2,)
+        out.append(EstimatorStats(label=est.label, time_sampling=est.time_sampling, masks_per_sequence=k,
+                                  regime=regime, draws=draws, loss_mean=float(all_losses.mean()),
+                                  loss_mean_stderr=float(all_losses.std() / math.sqrt(draws)),
+                                  loss_var=loss_var, loss_var_stderr=float(stderr[0]), grad_var=grad_var,
+                                  grad_var_stderr=float(stderr[1]), grad_norm2=float((g_sum / draws).square().sum())))
+    return out

@@ -1,0 +1,87 @@
+"""pipelines.gpu_check without a GPU: the peak table, the MFU formula, the FLOP count, the report, the run logic."""
+
+import json
+
+import pytest
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from pipelines import gpu_check
+from seqdiff.backbones import build_backbone
+from seqdiff.config import MODEL_PRESETS, ModelConfig
+
+
+def test_peak_table_matches_device_names():
+    assert gpu_check.peak_bf16_flops("NVIDIA H100 80GB HBM3") == 989.4e12
+    assert gpu_check.peak_bf16_flops("NVIDIA H100 PCIe") == 756e12
+    assert gpu_check.peak_bf16_flops("NVIDIA H200") == 989.4e12
+    assert gpu_check.peak_bf16_flops("NVIDIA A100-SXM4-80GB") == 312e12
+    assert gpu_check.peak_bf16_flops("NVIDIA L40S") == 362e12  # not L4's
+    assert gpu_check.peak_bf16_flops("Tesla T4") is None
+
+
+def test_mfu_formula():
+    # 6e9 FLOPs per token at 50k tokens/s = 3e14 FLOP/s, on a 1e15 peak: 30%
+    assert gpu_check.mfu(6e9, 5e4, 1e15) == pytest.approx(0.3)
+    assert gpu_check.mfu(6e9, 5e4, None) is None
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_flops_per_token_counts_the_matmuls_of_a_training_step(causal):
+    """6 N + 12 n_layers d L against torch's FLOP counter on one forward + backward. The counter sees the Linear
+    matmuls (6 x their weights per token, exactly) but not CPU SDPA, so the attention term is checked on the same
+    attention written with matmuls; what is left is 6 x the biases and norm weights, which the formula counts."""
+    L, B = 16, 2
+    cfg = ModelConfig(**MODEL_PRESETS["test"], max_seq_len=L, time_conditioning=False)
+    net = build_backbone(cfg, 11, causal=causal)
+    x = torch.randint(0, 11, (B, L))
+    with FlopCounterMode(display=False) as counter:
+        net(x).float().square().mean().backward()
+    linear = counter.get_total_flops() / (B * L)
+    assert linear == 6 * sum(m.weight.numel() for m in net.modules() if isinstance(m, torch.nn.Linear))
+
+    H, nH = cfg.hidden_size, cfg.n_heads
+    q, k, v = (torch.randn(B, nH, L, H // nH, requires_grad=True) for _ in range(3))
+    with FlopCounterMode(display=False) as counter:
+        ((q @ k.transpose(-1, -2)).softmax(-1) @ v).sum().backward()
+    attention = cfg.n_layers * counter.get_total_flops() / (B * L)  # per token, every layer
+
+    formula = gpu_check.model_flops_per_token("test", L, 11, causal=causal)
+    assert formula == net.flops_per_token(L)
+    rest = formula - linear - attention
+    small = sum(p.numel() for n, p in net.named_parameters() if p.ndim == 1)  # biases, norm weights
+    assert rest == 6 * small, (formula, linear, attention, small)
+
+
+def test_report_is_written_from_the_result(tmp_path):
+    run = {"tokens_per_s": 1234.5, "step_s_median": 0.5, "mfu": 0.4123, "peak_memory_gb": 12.25, "compiled": True,
+           "final_train_loss": 1.5}
+    result = {"command": "python -m pipelines.gpu_check", "date": "d", "device_name": "NVIDIA H200", "torch": "t",
+              "precision": "bf16 autocast", "peak_flops": 989.4e12, "peak_source": "table",
+              "config": {"preset": "small", "seq_len": 1024, "batch_size": 32, "micro_batch_size": 16, "steps": 300,
+                         "skip_steps": 30, "compile": True},
+              "runs": {"mdlm": run, "ar": dict(run, step_s_median=0.4)}, "mdlm_over_ar_step_time": 1.25}
+    gpu_check.write_report(tmp_path, result)
+    assert json.loads((tmp_path / "gpu_check.json").read_text()) == result
+    md = (tmp_path / "README.md").read_text()
+    assert "`python -m pipelines.gpu_check`" in md and "| mdlm | 1,234 | 0.5000 | 41.2% | 12.2 | True | 1.500 |" in md
+    assert "MDLM step time / AR step time: 1.250" in md
+
+
+def test_refuses_without_cuda_and_runs_on_cpu_when_allowed(tmp_path, capsys):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    out = tmp_path / "gpu"
+    assert gpu_check.main(["--out", str(out)]) == 2
+    assert "no CUDA device" in capsys.readouterr().err and not out.exists()
+    args = ["--allow-cpu", "--preset", "test", "--seq-len", "32", "--batch-size", "4", "--micro-batch-size", "2",
+            "--steps", "3", "--skip-steps", "1", "--no-compile", "--peak-tflops", "1", "--out", str(out)]
+    assert gpu_check.main(args) == 0
+    result = json.loads((out / "gpu_check.json").read_text())
+    for method in ("mdlm", "ar"):
+        r = result["runs"][method]
+        assert r["steps"] == 3 and r["timed_steps"] == 2 and r["tokens_per_s"] > 0
+        assert "train.strategy=fsdp2" in r["recipe"] and "train.micro_batch_size=2" in r["recipe"]
+        assert r["mfu"] == pytest.approx(r["flops_per_token"] * r["tokens_per_s"] / 1e12)
+    assert result["mdlm_over_ar_step_time"] == pytest.approx(
+        result["runs"]["mdlm"]["step_s_median"] / result["runs"]["ar"]["step_s_median"])

@@ -1,0 +1,210 @@
+"""Training-time samplers (method.time_sampling) and the estimator-variance measurement."""
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from seqdiff.config import ConfigError, MethodConfig, from_dict
+from seqdiff.evaluation.estimator_variance import Estimator, measure
+from seqdiff.methods import MDLM, Batch
+from seqdiff.schedules import TIME_SAMPLINGS, stratified_times, unit_times
+from tests.test_mdlm import TOK, TinyNet, _exact_nelbo
+
+
+def _ks_uniform(x: torch.Tensor) -> float:
+    """Kolmogorov-Smirnov distance of samples in [0, 1) to U[0, 1)."""
+    x = x.double().sort().values
+    n = len(x)
+    grid = torch.arange(1, n + 1, dtype=torch.float64) / n
+    return max((grid - x).abs().max().item(), (x - (grid - 1 / n)).abs().max().item())
+
+
+def test_stratified_one_per_stratum_and_uniform_within():
+    g = torch.Generator().manual_seed(0)
+    B, n = 8, 4000
+    draws = torch.stack([stratified_times(B, g) for _ in range(n)])  # (n, B)
+    assert draws.min() >= 0 and draws.max() < 1
+    assert torch.equal(torch.floor(draws * B).long(), torch.arange(B).expand(n, B)), "row i lies in stratum i"
+    within = draws * B - torch.arange(B)  # (n, B) position inside the stratum
+    for i in range(B):  # each row uniform on its stratum (KS 0.1% critical value ~ 1.95 / sqrt(n))
+        assert _ks_uniform(within[:, i]) < 1.95 / math.sqrt(n), i
+    # a row picked at random (the data order is random) is uniform on [0, 1)
+    pick = torch.randint(0, B, (n,), generator=g)
+    assert _ks_uniform(draws[torch.arange(n), pick]) < 1.95 / math.sqrt(n)
+    # the strata's offsets are independent (the shared-offset form has correlation 1)
+    corr = torch.corrcoef(within[:, :2].T.float())[0, 1].item()
+    assert abs(corr) < 4 / math.sqrt(n), corr
+
+
+@pytest.mark.parametrize("sampling", TIME_SAMPLINGS)
+def test_every_sampler_has_uniform_marginal(sampling):
+    g = torch.Generator().manual_seed(1)
+    B, n = 5, 4000
+    draws = torch.stack([unit_times(B, sampling, g) for _ in range(n)])
+    pick = torch.randint(0, B, (n,), generator=g)
+    assert _ks_uniform(draws[torch.arange(n), pick]) < 1.95 / math.sqrt(n)
+
+
+@pytest.mark.parametrize("sampling, closed_form", [
+    ("antithetic_jitter", lambda B: 1 / (12 * B**3)),  # sum over strata of (1/B^2)/12, over B^2
+    ("antithetic", lambda B: 1 / (12 * B**2)),  # one offset: the mean is u/B + const mod a jump of 1/B
+    ("uniform", lambda B: 1 / (12 * B)),
+])
+def test_batch_mean_variance_closed_form(sampling, closed_form):
+    """Var of the batch mean of f(t) = t: the figures the issue compares (1.6e-4 vs 1.3e-3 at B = 8)."""
+    g = torch.Generator().manual_seed(2)
+    B, n = 8, 40_000
+    means = torch.stack([unit_times(B, sampling, g).double().mean() for _ in range(n)])
+    assert abs(means.mean().item() - 0.5) < 5 * math.sqrt(closed_form(B) / n)  # unbiased
+    assert means.var().item() == pytest.approx(closed_form(B), rel=0.05)
+
+
+def test_unknown_sampling_refused():
+    with pytest.raises(ValueError, match="antithetic_jitter"):
+        unit_times(4, "sobol")
+    with pytest.raises(ConfigError, match="antithetic_jitter"):
+        from_dict(MethodConfig, {"time_sampling": "sobol"})
+
+
+@pytest.mark.parametrize("sampling", TIME_SAMPLINGS)
+@pytest.mark.parametrize("T", [0, 4])
+def test_mc_loss_unbiased_against_enumerated_nelbo(sampling, T):
+    """Each sampler's Monte Carlo loss averages to the exactly integrated (or summed, T > 0) NELBO."""
+    L = 3
+    net = TinyNet(L)
+    x0 = torch.randint(0, 3, (3, L), generator=torch.Generator().manual_seed(3))
+    method = MDLM(MethodConfig(time_sampling=sampling, num_timesteps=T), TOK)
+    with torch.no_grad():
+        exact = _exact_nelbo(net, x0, method.schedule, T=T or None, n_quad=200).mean().item() / L
+        out = method.loss(net, Batch(x0.repeat(20_000, 1)), torch.Generator().manual_seed(0))
+    est = out.nll_sum.item() / out.num_tokens.item()
+    assert abs(est - exact) / exact < 0.02, (sampling, T, est, exact)
+
+
+class _Linear(nn.Module):
+    """logits = emb[x_t] W: small enough to enumerate gradients by hand."""
+
+    def __init__(self):
+        super().__init__()
+        g = torch.Generator().manual_seed(0)
+        self.emb = nn.Parameter(torch.randn(TOK.vocab_size, 4, generator=g))
+        self.out = nn.Parameter(torch.randn(4, TOK.vocab_size, generator=g))
+
+    def forward(self, input_ids, noise_level=None, attention_mask=None):
+        return self.emb[input_ids] @ self.out
+
+
+def test_measure_matches_brute_force_statistics():
+    """measure()'s running sums give the sample variance of the loss and the trace of the gradient covariance."""
+    net = _Linear()
+    data = torch.randint(0, 3, (6, 5), generator=torch.Generator().manual_seed(4))
+
+    def batch_at(k, rows):
+        x = torch.roll(data, k, dims=0)
+        return x if rows is None else x[:rows]
+
+    def factory(sampling):
+        return MDLM(MethodConfig(time_sampling=sampling), TOK)
+
+    draws = 10
+    for regime in ("fixed_batch", "fresh_batch"):
+        est = [Estimator("antithetic_jitter"), Estimator("mask_count", masks_per_sequence=2)]
+        stats = measure(factory, net, batch_at, est, draws, regime=regime, seed=3, groups=2)
+        for e_index, (e, s) in enumerate(zip(est, stats)):  # redo every draw by hand, keep every gradient
+            from seqdiff.data.blocks import step_generator
+
+            losses, grads = [], []
+            k = e.masks_per_sequence
+            for r in range(draws):
+                x = batch_at(0, None)[: 6 // k] if regime == "fixed_batch" else batch_at(1 + r, 6 // k)
+                x = x.repeat(k, 1)[torch.randperm(6, generator=step_generator(3 + 77, r))]
+                loss = factory(e.time_sampling).loss(net, Batch(x), step_generator(3 * 1_000 + e_index, r)).loss
+                gs = torch.autograd.grad(loss, list(net.parameters()))
+                losses.append(loss.item())
+                grads.append(torch.cat([g.reshape(-1) for g in gs]).double())
+            G = torch.stack(grads)  # (R, P)
+            assert s.loss_var == pytest.approx(torch.tensor(losses).double().var().item(), rel=1e-9)
+            assert s.grad_var == pytest.approx(G.var(0).sum().item(), rel=1e-6)
+            assert s.grad_norm2 == pytest.approx(G.mean(0).square().sum().item(), rel=1e-9)
+            assert s.loss_mean == pytest.approx(sum(losses) / draws, rel=1e-12)
+
+
+# ------------------------------------------------------------------------------ mask_count (MDLM)
+def _exact_mask_count_nelbo(net, x0):
+    """Per-sequence sum_k (1/k) E[sum over masked of -log x_theta | a uniformly random k-subset masked], by
+    enumerating every subset: the untruncated continuous NELBO of a time-agnostic SUBS denoiser."""
+    import itertools
+
+    L = x0.shape[1]
+    total = torch.zeros(x0.shape[0], dtype=torch.float64)
+    for pattern in itertools.product([0, 1], repeat=L):
+        m = torch.tensor(pattern, dtype=torch.bool)
+        k = int(m.sum())
+        if k == 0:
+            continue
+        logits = net(torch.where(m, TOK.mask_id, x0)).double()
+        logits[..., TOK.mask_id] = float("-inf")
+        nll = -torch.log_softmax(logits, -1).gather(-1, x0[..., None])[..., 0]  # (B, L)
+        total += (nll * m).sum(-1) / k / math.comb(L, k)
+    return total
+
+
+def test_mask_count_is_the_time_integral_without_truncation():
+    """sum_k (1/k) E[.|k] equals the enumerated time integral up to its O(t_min + eps) truncation."""
+    L = 3
+    net = TinyNet(L)
+    x0 = torch.randint(0, 3, (4, L), generator=torch.Generator().manual_seed(5))
+    method = MDLM(MethodConfig(), TOK)
+    with torch.no_grad():
+        by_count = _exact_mask_count_nelbo(net, x0)
+        by_time = _exact_nelbo(net, x0, method.schedule, n_quad=200)
+    torch.testing.assert_close(by_count, by_time, rtol=5e-3, atol=0)
+    assert not torch.allclose(by_count, by_time, rtol=1e-6, atol=0)  # the truncation is there, and small
+
+
+def test_mask_count_mc_loss_unbiased():
+    L = 4
+    net = TinyNet(L)
+    x0 = torch.randint(0, 3, (3, L), generator=torch.Generator().manual_seed(3))
+    method = MDLM(MethodConfig(time_sampling="mask_count"), TOK)
+    with torch.no_grad():
+        exact = _exact_mask_count_nelbo(net, x0).mean().item() / L
+        out = method.loss(net, Batch(x0.repeat(20_000, 1)), torch.Generator().manual_seed(0))
+    est = out.nll_sum.item() / out.num_tokens.item()
+    assert abs(est - exact) / exact < 0.01, (est, exact)
+
+
+def test_mask_count_draws_k_uniformly_among_scored_positions():
+    """With padding: k is uniform on 1..n (n = scored tokens of the row), only scored positions are masked, and
+    each scored position is masked with probability E[k] / n = (n + 1) / (2 n)."""
+    method = MDLM(MethodConfig(time_sampling="mask_count"), TOK)
+    x0 = torch.tensor([[0, 1, 2, 0, 1, 2], [2, 1, 0, TOK.pad_id, TOK.pad_id, TOK.pad_id]]).repeat(3000, 1)
+    scored = Batch(x0).scored(TOK.pad_id)
+    t, xt, weight = method.draw_noise(x0, scored, torch.Generator().manual_seed(0))
+    masked = xt == TOK.mask_id
+    assert not (masked & ~scored).any()
+    for row, n in ((0, 6), (1, 3)):
+        k = masked[row::2].sum(1)
+        counts = torch.bincount(k, minlength=n + 1)
+        assert counts[0] == 0 and counts[n + 1:].sum() == 0
+        expected = len(k) / n
+        assert ((counts[1:] - expected).abs() < 5 * math.sqrt(expected)).all(), counts
+        torch.testing.assert_close(weight[row::2], (n / k).float())
+        rate = masked[row::2, :n].double().mean(0)  # per position
+        assert ((rate - (n + 1) / (2 * n)).abs() < 0.03).all(), rate
+
+
+def test_mask_count_refusals():
+    with pytest.raises(ConfigError, match="num_timesteps=0"):
+        MDLM(MethodConfig(time_sampling="mask_count", num_timesteps=8), TOK)
+    with pytest.raises(ConfigError, match="SUBS"):
+        MDLM(MethodConfig(time_sampling="mask_count", subs=False), TOK)
+    for name in ("sedd", "d3pm"):
+        with pytest.raises(ConfigError, match="mask_count is mdlm's"):
+            MethodConfig(name=name, time_sampling="mask_count")
+    net = TinyNet(3)
+    net.config.time_conditioning = True
+    with pytest.raises(ConfigError, match="time_conditioning"):
+        MDLM(MethodConfig(time_sampling="mask_count"), TOK).check_backbone(net)
