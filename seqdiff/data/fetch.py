@@ -48,6 +48,7 @@ from seqdiff.sources import (  # noqa: F401  (the registry and its queries, re-e
     FetchError,
     Source,
     SourceFile,
+    _lazyload_blob,
     austen_novels,
     data_dir,
     get_source,

@@ -68,6 +68,7 @@ from torch import Tensor
 
 from seqdiff.checkpoint import CheckpointError
 from seqdiff.config import MethodConfig, ModelConfig
+from seqdiff.hf.export import write_export
 from seqdiff.hf.tensors_only import load_tensors_only
 from seqdiff.tokenizers import TokenizerError, build_tokenizer
 
@@ -340,8 +341,6 @@ def convert_mdlm_checkpoint(src: str | Path | dict[str, Tensor], out_dir: str | 
     last row of the reference's embedding). use_ema: from a Lightning checkpoint with an EMA, convert the
     EMA weights (config.json says `ema_weights: true`). n_heads: needed only without rotary_emb.inv_freq.
     """
-    from seqdiff.hf.export import write_export  # late: it loads transformers, which only writing needs
-
     state_dict, kind = (src, "file") if isinstance(src, dict) else load_state_dict_file(src, use_ema=use_ema)
     tokenizer = tokenizer if tokenizer is not None else build_tokenizer("gpt2")
     prefix = _find_prefix(state_dict)

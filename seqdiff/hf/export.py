@@ -49,7 +49,6 @@ from seqdiff.checkpoint import (
     resolve_checkpoint_path,
 )
 from seqdiff.config import ConfigError, DataConfig, MethodConfig, ModelConfig, to_dict
-from seqdiff.hf.modeling import SeqDiffConfig, _method_of
 from seqdiff.hf.tokenizer_json import write_hf_tokenizer
 from seqdiff.tokenizers.base import Tokenizer
 
@@ -109,6 +108,8 @@ def export_model(model: LoadedModel, out_dir: str | Path, overwrite: bool = Fals
 def hf_config(model_config: ModelConfig, method_config: MethodConfig, tokenizer: Tokenizer, seq_len: int,
               data_config: DataConfig | None = None, step: int = 0, ema: bool = False, encoder_alpha: float = 1.0):
     """The SeqDiffConfig (config.json) of a model; architectures and auto_map filled in."""
+    from seqdiff.hf.modeling import SeqDiffConfig, _method_of  # late: it imports transformers (slow to load)
+
     summary: dict[str, Any] = {"kind": tokenizer.kind, "vocab_size": tokenizer.vocab_size,
                                "bos_id": tokenizer.bos_id, "eos_id": tokenizer.eos_id,
                                "pad_id": tokenizer.pad_id, "mask_id": tokenizer.mask_id}
