@@ -247,7 +247,8 @@ def tiny_package(tmp_path, monkeypatch):
     return write
 
 
-TABLE = '"""x\n\nLayers, from the bottom up (...):\n  __init__.py, errors.py   leaf\n  low/        low\n  high/, top.py  high\n"""\n'
+TABLE = ('"""x\n\nLayers, from the bottom up (...):\n'
+         '  __init__.py, errors.py   leaf\n  low/        low\n  high/, top.py  high\n"""\n')
 
 
 def test_the_checks_fail_on_a_cycle_an_upward_import_and_a_relative_one(tiny_package):
@@ -291,3 +292,22 @@ def test_the_checks_fail_on_a_folder_cycle_and_an_unplaced_module(tiny_package):
     test_no_import_cycle_between_modules()  # c -> top -> d: no cycle between modules ...
     with pytest.raises(AssertionError, match=r"\{high/, top.py\}"):  # ... but one between the entries
         test_no_import_cycle_between_folders()
+
+
+def test_a_file_entry_overrides_its_folder_and_a_stale_exception_fails(tiny_package):
+    tiny_package({
+        "__init__.py": TABLE.replace("high/, top.py  high", "high/, top.py, low/cmd.py  high"),
+        "errors.py": "",
+        "low/__init__.py": "",
+        "low/a.py": "",
+        "low/cmd.py": "from seqdiff.high import c\n",  # at the top with the high layer: allowed
+        "high/__init__.py": "",
+        "high/c.py": "from seqdiff.low import a\n",
+        "top.py": "",
+    })
+    test_the_layer_table_matches_the_tree()
+    test_no_import_runs_up_the_layers()
+    test_no_import_cycle_between_folders()  # low/cmd.py is its own entry, so low/ -> high/ -> low/ is no cycle
+    globals()["ALLOWED"][("seqdiff.low.a", "seqdiff.high.c")] = "a reason that no longer holds"
+    with pytest.raises(AssertionError, match="no longer exist"):
+        test_every_allowed_exception_is_still_needed()
