@@ -20,6 +20,8 @@ from abc import ABC, abstractmethod
 import torch
 from torch import Tensor
 
+from seqdiff.config import ConfigError
+
 
 class NoiseSchedule(ABC):
     name: str
@@ -163,8 +165,6 @@ SCHEDULES: dict[str, type[NoiseSchedule]] = {
 
 
 def build_schedule(name: str) -> NoiseSchedule:
-    from seqdiff.config import ConfigError
-
     if name not in SCHEDULES:
         raise ConfigError(f"method.schedule={name!r} is unknown; choose one of {sorted(SCHEDULES)}")
     return SCHEDULES[name]()

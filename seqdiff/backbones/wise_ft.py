@@ -9,18 +9,25 @@ the generative gain for features closer to the pretrained ones (see reports/bert
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import Protocol
 
 import torch
 from torch import nn
 
 from seqdiff.backbones import load_pretrained
-from seqdiff.config import ConfigError
-
-if TYPE_CHECKING:
-    from seqdiff.checkpoint import LoadedModel
+from seqdiff.config import ConfigError, ModelConfig
 
 State = dict[str, torch.Tensor]
+
+
+class FineTuned(Protocol):
+    """What WiSE-FT reads of a loaded model (seqdiff.checkpoint.LoadedModel has it); named here, not imported,
+    since checkpoint.py sits above the backbones."""
+
+    path: Path
+    backbone: nn.Module
+    model_config: ModelConfig
 
 
 def encoder_keys(backbone: nn.Module) -> list[str]:
@@ -37,7 +44,7 @@ def interpolate(pre: State, post: State, keys: list[str], alpha: float) -> State
     return out
 
 
-def pretrained_and_finetuned(model: LoadedModel) -> tuple[State, State]:
+def pretrained_and_finetuned(model: FineTuned) -> tuple[State, State]:
     """(the pretrained encoder under the fine-tuned head, the fine-tuned weights) of a model fine-tuned from
     model.init_from; the model is left holding the fine-tuned weights."""
     if not model.model_config.init_from or not hasattr(model.backbone, "head_parameters"):
@@ -51,7 +58,7 @@ def pretrained_and_finetuned(model: LoadedModel) -> tuple[State, State]:
     return pre, post
 
 
-def wise_ft(model: LoadedModel, alpha: float) -> None:
+def wise_ft(model: FineTuned, alpha: float) -> None:
     """Move model's encoder, in place, to (1 - alpha) x pretrained + alpha x fine-tuned; alpha in [0, 1]."""
     if not (math.isfinite(alpha) and 0.0 <= alpha <= 1.0):
         raise ConfigError(f"WiSE-FT alpha must lie in [0, 1] (the weight of the fine-tuned encoder), got {alpha}")

@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from seqdiff.sources import data_dir
 from seqdiff.tokenizers.base import Tokenizer
 
 CACHE_VERSION = 1
@@ -39,8 +40,6 @@ MANIFEST = "manifest.json"
 
 
 def cache_root() -> Path:
-    from seqdiff.data.fetch import data_dir
-
     return data_dir() / "cache"
 
 

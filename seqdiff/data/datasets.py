@@ -29,7 +29,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from seqdiff.data.cache import file_identity
+from seqdiff.data.text_files import BUILTIN_CORPORA, read_documents
 from seqdiff.errors import SeqdiffError
+from seqdiff.sources import data_dir, is_present, source_path
 
 SPLITS = ("train", "valid", "test")
 OFFLINE_HINT = ("to train or evaluate offline, point at local files instead: data.corpus=/folder holding "
@@ -157,8 +160,6 @@ class Text8Dataset:
         import urllib.request
         import zipfile
 
-        from seqdiff.data.fetch import data_dir
-
         archive = data_dir() / "text8" / "text8.zip"
         if not archive.is_file():
             archive.parent.mkdir(parents=True, exist_ok=True)
@@ -186,8 +187,6 @@ class LocalCorpus:
     detokenizer: str | None = None
 
     def files(self, split: str) -> list[Path]:
-        from seqdiff.data.fetch import is_present, source_path
-
         folder = source_path(self.source)
         if not is_present(self.source):
             raise DatasetError(f"corpus {self.name!r} is not in the data directory ({folder} is missing or "
@@ -195,13 +194,9 @@ class LocalCorpus:
         return [folder / name for name in self.splits[split]]
 
     def identity(self, split: str) -> dict[str, Any]:
-        from seqdiff.data.cache import file_identity
-
         return {"dataset": self.name, "files": [file_identity(p) for p in self.files(split)]}
 
     def documents(self, split: str, documents: str = "paragraphs") -> list[str]:
-        from seqdiff.data.text_files import read_documents
-
         return [d for path in self.files(split) for d in read_documents(path, documents)]
 
 
@@ -243,8 +238,6 @@ DATASETS: dict[str, HubDataset | Text8Dataset | LocalCorpus] = {d.name: d for d 
 
 def get_dataset(name: str):
     if name not in DATASETS:
-        from seqdiff.data.text_files import BUILTIN_CORPORA
-
         raise DatasetError(f"unknown dataset {name!r}; known datasets: {', '.join(sorted(DATASETS))} "
                            f"(builtin corpora: {', '.join(sorted(BUILTIN_CORPORA))}), or a folder path")
     return DATASETS[name]

@@ -44,6 +44,7 @@ import numpy as np
 
 from seqdiff.config import DataConfig
 from seqdiff.data.text_files import DataFileError, _file_kind, iter_parquet_documents, jsonl_document, split_documents
+from seqdiff.tokenizers import tokenizer_from_dict
 from seqdiff.tokenizers.base import Tokenizer, TokenizerError
 
 READ_BYTES = 1 << 20
@@ -249,12 +250,32 @@ def document_chunks(documents: Iterable[str], chunk_chars: int = CHUNK_CHARS) ->
 
 
 # ---------------------------------------------------------------------------------------------- tokenizing
+# The workers of a process pool (also used by seqdiff.data.text.tokenize_documents): each holds its own
+# tokenizer, rebuilt from its description.
+_WORKER_TOKENIZER: Tokenizer | None = None
+
+
+def _init_worker(description: dict) -> None:
+    global _WORKER_TOKENIZER
+    _WORKER_TOKENIZER = tokenizer_from_dict(description)
+
+
+def _encode_chunk(chunk: tuple[int, list[str]]) -> list[np.ndarray]:
+    first, docs = chunk
+    return [_encode(_WORKER_TOKENIZER, d, first + i) for i, d in enumerate(docs)]
+
+
+def _encode(tokenizer: Tokenizer, document: str, index: int) -> np.ndarray:
+    try:
+        return np.asarray(tokenizer.encode(document), dtype=np.int32)
+    except TokenizerError as e:
+        raise TokenizerError(f"document {index}: {e}") from e
+
+
 def encode_in_order(tasks: Iterable[tuple[int, list[str]]], tokenizer: Tokenizer, workers: int
                     ) -> Iterator[list[np.ndarray]]:
     """The ids of each task's texts, task by task in order; with workers > 1 in a process pool holding at
     most 2 * workers tasks in flight (so memory stays bounded however large the source)."""
-    from seqdiff.data.text import _encode, _encode_chunk, _init_worker
-
     if workers <= 1:
         for first, texts in tasks:
             yield [_encode(tokenizer, t, first + i) for i, t in enumerate(texts)]

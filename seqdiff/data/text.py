@@ -28,6 +28,7 @@ import numpy as np
 from torch.utils.data import DataLoader
 
 from seqdiff.config import DataConfig
+from seqdiff.data import cache
 from seqdiff.data.blocks import (
     PackedBlocks,
     RandomBlockBatches,
@@ -36,6 +37,9 @@ from seqdiff.data.blocks import (
     pack_padded,
     pack_wrapped,
 )
+from seqdiff.data.cache import file_identity
+from seqdiff.data.datasets import DATASETS, get_dataset, get_detokenizer, load_documents
+from seqdiff.data.streaming import _encode, _encode_chunk, _init_worker, build_streaming
 from seqdiff.data.text_files import DataFileError, corpus_split_path, read_documents, read_text_file
 from seqdiff.tokenizers.base import Tokenizer, TokenizerError
 
@@ -68,8 +72,6 @@ class SplitSource:
     """Where a split's documents come from: its cache identity, size, and how to read them."""
 
     def __init__(self, config: DataConfig, split: str):
-        from seqdiff.data.datasets import DATASETS, get_dataset, get_detokenizer
-
         self.split, self.path, self.dataset = split, None, None
         explicit = getattr(config, f"{split}_file")
         if explicit is None and config.corpus in DATASETS:
@@ -83,8 +85,6 @@ class SplitSource:
         self.documents_mode = config.documents
 
     def identity(self) -> dict[str, Any]:
-        from seqdiff.data.cache import file_identity
-
         source = file_identity(self.path) if self.path is not None else self.dataset.identity(self.split)
         return {"source": source, "detokenizer": self.detokenizer_name, "documents": self.documents_mode}
 
@@ -95,8 +95,6 @@ class SplitSource:
         return sum(p.stat().st_size for p in files(self.split)) if files else float("inf")
 
     def documents(self) -> list[str]:
-        from seqdiff.data.datasets import load_documents
-
         if self.path is not None:
             docs = read_documents(self.path, self.documents_mode)
         else:
@@ -110,28 +108,6 @@ class SplitSource:
 
 
 # ---------------------------------------------------------------------------------------------- tokenization
-_WORKER_TOKENIZER: Tokenizer | None = None
-
-
-def _init_worker(description: dict) -> None:
-    global _WORKER_TOKENIZER
-    from seqdiff.tokenizers import tokenizer_from_dict
-
-    _WORKER_TOKENIZER = tokenizer_from_dict(description)
-
-
-def _encode_chunk(chunk: tuple[int, list[str]]) -> list[np.ndarray]:
-    first, docs = chunk
-    return [_encode(_WORKER_TOKENIZER, d, first + i) for i, d in enumerate(docs)]
-
-
-def _encode(tokenizer: Tokenizer, document: str, index: int) -> np.ndarray:
-    try:
-        return np.asarray(tokenizer.encode(document), dtype=np.int32)
-    except TokenizerError as e:
-        raise TokenizerError(f"document {index}: {e}") from e
-
-
 def tokenize_documents(documents: list[str], tokenizer: Tokenizer, workers: int = 0,
                        what: str = "documents") -> list[np.ndarray]:
     """Each document's ids (int32), in order; large inputs in `workers` processes with a progress bar."""
@@ -186,16 +162,13 @@ def build_split_arrays(source: SplitSource, tokenizer: Tokenizer, config: DataCo
 def load_split_arrays(config: DataConfig, tokenizer: Tokenizer, split: str,
                       log: Callable[[str], None] | None = None) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """A split's arrays, from the on-disk cache when it is enabled for this source (built on a miss)."""
-    from seqdiff.data import cache
-
     source = SplitSource(config, split)
     use_cache = config.cache if config.cache is not None else source.size_bytes() >= config.cache_min_bytes
     if not use_cache:
         return build_split_arrays(source, tokenizer, config)
     fields = {**source.identity(), "tokenizer": cache.tokenizer_fingerprint(tokenizer),
               "seq_len": config.seq_len if config.block_mode != "stream" else None, "mode": config.block_mode}
-    from seqdiff.data.streaming import build_streaming  # bounded memory, the same arrays
-
+    # built by the streaming path: bounded memory, the same arrays
     return cache.load_or_build_into(fields, lambda folder: build_streaming(source, tokenizer, config, folder),
                                     log=log)
 

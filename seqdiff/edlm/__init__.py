@@ -13,6 +13,7 @@ or `nce:runs/edlm/energy.pt`.
 
 from __future__ import annotations
 
+from seqdiff.checkpoint import CheckpointError
 from seqdiff.edlm.ar_energy import AREnergy
 from seqdiff.edlm.base import Energy, EnergyError
 from seqdiff.edlm.coar_energy import CarryOverAREnergy
@@ -33,8 +34,6 @@ def parse_energy_spec(spec: str) -> tuple[str, str]:
 
 def load_energy(spec: str, mdlm, device: str = "cpu") -> Energy:
     """The energy named by `spec` ('KIND:PATH') for the loaded MDLM `mdlm`."""
-    from seqdiff.checkpoint import CheckpointError
-
     kind, path = parse_energy_spec(spec)
     if mdlm.method.name != "mdlm":
         raise EnergyError(f"EDLM reweights an MDLM denoiser; {mdlm.path} is a {mdlm.method.name!r} model")

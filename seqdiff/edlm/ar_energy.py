@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from seqdiff.checkpoint import LoadedModel
+from seqdiff.checkpoint import LoadedModel, load_checkpoint
 from seqdiff.edlm.base import Energy, EnergyError
 
 
@@ -40,8 +40,6 @@ class AREnergy(Energy):
     @classmethod
     def load(cls, path: str, mdlm: LoadedModel, device: str = "cpu") -> AREnergy:
         """The energy of the AR checkpoint / run directory at `path`, for the MDLM `mdlm`."""
-        from seqdiff.checkpoint import load_checkpoint
-
         return cls(load_checkpoint(path, device=device), mdlm.tokenizer.vocab_size, mdlm.tokenizer.mask_id)
 
     def energy(self, x0: Tensor, xt: Tensor, log_mu: Tensor) -> Tensor:

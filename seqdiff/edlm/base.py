@@ -22,6 +22,7 @@ from typing import ClassVar
 import torch
 from torch import Tensor
 
+from seqdiff.categorical import sample_categorical
 from seqdiff.errors import SeqdiffError
 
 
@@ -59,8 +60,6 @@ def masked_log_mu(probs: Tensor, x0: Tensor, xt: Tensor, mask_id: int) -> Tensor
 
 def draw_candidates(probs: Tensor, xt: Tensor, mask_id: int, k: int, generator: torch.Generator | None) -> Tensor:
     """k draws x0 ~ mu(. | x_t) per row: (B, L, V) probs, (B, L) x_t -> (B, k, L); unmasked tokens carried over."""
-    from seqdiff.categorical import sample_categorical
-
     B, L, V = probs.shape
     draws = sample_categorical(probs[:, None].expand(B, k, L, V), generator)  # (B, k, L)
     return torch.where(xt[:, None] == mask_id, draws, xt[:, None])

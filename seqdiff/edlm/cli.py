@@ -9,8 +9,12 @@ import argparse
 import json
 from pathlib import Path
 
+from seqdiff.atomic import write_atomically
 from seqdiff.config import finite_float
 from seqdiff.edlm.base import EnergyError
+
+# The handlers import what they run late: seqdiff.cli builds this parser on every start, and the evaluation
+# and data modules would load Lightning for `seqdiff --help`.
 
 
 def _data_tokens(args, model):
@@ -33,7 +37,6 @@ def cmd_edlm_eval(args: argparse.Namespace) -> int:
     from seqdiff.checkpoint import load_checkpoint
     from seqdiff.edlm import load_energy
     from seqdiff.edlm.likelihood import edlm_model
-    from seqdiff.evaluation.generate import write_atomically
     from seqdiff.evaluation.likelihood import evaluate_tokens
 
     mdlm = load_checkpoint(args.checkpoint, device=args.device, use_ema=not args.no_ema)

@@ -12,14 +12,13 @@
 
 from __future__ import annotations
 
-import os
 import re
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
+from seqdiff.atomic import save_figure_atomically, write_atomically  # noqa: F401  (re-exported from their old home)
 from seqdiff.checkpoint import LoadedModel
 from seqdiff.config import SampleConfig
 from seqdiff.samplers import SamplerError, build_sampler
@@ -199,26 +198,3 @@ def format_samples(gen: Generation, fasta: bool) -> str:
         else:
             parts.append(f"=== sample {i} ===\n{text}")
     return "\n".join(parts) + "\n"
-
-
-def write_atomically(path: str | Path, text: str) -> Path:
-    """Write then rename, so an interrupted run never leaves a partial file under the final name."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-    return path
-
-
-def save_figure_atomically(fig, path: str | Path, dpi: int = 110) -> Path:
-    """Save a matplotlib figure (PNG) by write-then-rename and close it: reports never hold half a plot."""
-    import matplotlib.pyplot as plt
-
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp.png")
-    fig.savefig(tmp, dpi=dpi)
-    plt.close(fig)
-    os.replace(tmp, path)
-    return path

@@ -30,6 +30,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from seqdiff.checkpoint import load_checkpoint
 from seqdiff.errors import SeqdiffError
 
 DNA = "ACGT"
@@ -223,8 +224,6 @@ def load_oracle(path: str | Path, device: str = "cpu") -> Oracle:
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"oracle {path} does not exist")
-    from seqdiff.checkpoint import load_checkpoint
-
     try:
         model = load_checkpoint(path, device=device)
     except Exception as seqdiff_error:

@@ -68,6 +68,9 @@ from torch import Tensor
 
 from seqdiff.checkpoint import CheckpointError
 from seqdiff.config import MethodConfig, ModelConfig
+from seqdiff.hf.export import write_export
+from seqdiff.hf.tensors_only import load_tensors_only
+from seqdiff.tokenizers import TokenizerError, build_tokenizer
 
 FREQ_DIM = 256
 """Width of the sinusoidal sigma features of the reference (and of seqdiff's TimestepEmbedding)."""
@@ -288,8 +291,6 @@ def load_state_dict_file(path: str | Path, use_ema: bool = True) -> tuple[dict[s
             from safetensors.torch import load_file
 
             return load_file(str(path)), "file"
-        from seqdiff.hf.tensors_only import load_tensors_only
-
         data = load_tensors_only(path)
     except Exception as e:  # many types for a foreign or truncated file
         raise MDLMConversionError(f"{path} cannot be read as a state dict: {e}") from e
@@ -340,9 +341,6 @@ def convert_mdlm_checkpoint(src: str | Path | dict[str, Tensor], out_dir: str | 
     last row of the reference's embedding). use_ema: from a Lightning checkpoint with an EMA, convert the
     EMA weights (config.json says `ema_weights: true`). n_heads: needed only without rotary_emb.inv_freq.
     """
-    from seqdiff.hf.export import write_export
-    from seqdiff.tokenizers import build_tokenizer
-
     state_dict, kind = (src, "file") if isinstance(src, dict) else load_state_dict_file(src, use_ema=use_ema)
     tokenizer = tokenizer if tokenizer is not None else build_tokenizer("gpt2")
     prefix = _find_prefix(state_dict)
@@ -376,8 +374,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.n_heads is not None and args.n_heads <= 0:
         parser.error(f"--n-heads must be a positive integer, got {args.n_heads}")
-    from seqdiff.tokenizers import TokenizerError, build_tokenizer
-
     try:
         options = {"vocab_dir": args.vocab_dir} if args.vocab_dir else {}
         out = convert_mdlm_checkpoint(args.src, args.out_dir, tokenizer=build_tokenizer(args.tokenizer, **options),

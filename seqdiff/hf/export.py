@@ -35,6 +35,7 @@ from typing import Any
 
 import torch
 
+from seqdiff.backbones.wise_ft import wise_ft
 from seqdiff.checkpoint import (
     EXPORT_WEIGHTS,
     LAST_CHECKPOINT,
@@ -47,7 +48,7 @@ from seqdiff.checkpoint import (
     read_checkpoint,
     resolve_checkpoint_path,
 )
-from seqdiff.config import DataConfig, MethodConfig, ModelConfig, to_dict
+from seqdiff.config import ConfigError, DataConfig, MethodConfig, ModelConfig, to_dict
 from seqdiff.hf.tokenizer_json import write_hf_tokenizer
 from seqdiff.tokenizers.base import Tokenizer
 
@@ -89,9 +90,6 @@ def export_checkpoint(checkpoint: str | Path, out_dir: str | Path, use_ema: bool
                               f"tokenizer")
         model = model_from_checkpoint(ckpt, path, use_ema=use_ema)
     if encoder_alpha != 1.0:
-        from seqdiff.backbones.wise_ft import wise_ft
-        from seqdiff.config import ConfigError
-
         try:
             wise_ft(model, encoder_alpha)
         except ConfigError as e:
@@ -113,7 +111,7 @@ def export_model(model: LoadedModel, out_dir: str | Path, overwrite: bool = Fals
 def hf_config(model_config: ModelConfig, method_config: MethodConfig, tokenizer: Tokenizer, seq_len: int,
               data_config: DataConfig | None = None, step: int = 0, ema: bool = False, encoder_alpha: float = 1.0):
     """The SeqDiffConfig (config.json) of a model; architectures and auto_map filled in."""
-    from seqdiff.hf.modeling import SeqDiffConfig, _method_of
+    from seqdiff.hf.modeling import SeqDiffConfig, _method_of  # late: it imports transformers (slow to load)
 
     summary: dict[str, Any] = {"kind": tokenizer.kind, "vocab_size": tokenizer.vocab_size,
                                "bos_id": tokenizer.bos_id, "eos_id": tokenizer.eos_id,

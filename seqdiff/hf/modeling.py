@@ -44,7 +44,7 @@ from seqdiff.backbones import build_backbone
 from seqdiff.backbones.dit import DiT, DiTBlock, TimestepEmbedding
 from seqdiff.backbones.rotary import RotaryEmbedding
 from seqdiff.config import ConfigError, MethodConfig, ModelConfig, from_dict
-from seqdiff.methods import resolve_model_config
+from seqdiff.methods import build_method, resolve_model_config
 
 MODEL_TYPE = "seqdiff"
 TOKENIZER_ID_KEYS = ("bos_id", "eos_id", "pad_id", "mask_id")
@@ -93,8 +93,6 @@ class SeqDiffConfig(PretrainedConfig):
 
 def _method_of(config: SeqDiffConfig):
     """Build the seqdiff Method named by the config (only its special ids are needed, not the vocabulary)."""
-    from seqdiff.methods import build_method
-
     missing = [k for k in ("vocab_size", *TOKENIZER_ID_KEYS) if not isinstance(config.tokenizer.get(k), int)]
     if missing:
         raise ConfigError(f"seqdiff config: tokenizer lacks {missing}")

@@ -30,6 +30,7 @@ import torch
 from torch import Tensor
 
 from seqdiff.categorical import sample_categorical
+from seqdiff.config import ConfigError
 
 NEG_INF = float("-inf")
 
@@ -265,8 +266,6 @@ GRAPHS: dict[str, type[Graph]] = {AbsorbingGraph.name: AbsorbingGraph, UniformGr
 
 
 def build_graph(name: str, vocab_size: int, mask_id: int, pad_id: int) -> Graph:
-    from seqdiff.config import ConfigError
-
     if name not in GRAPHS:
         raise ConfigError(f"method.graph={name!r} is unknown; choose one of {sorted(GRAPHS)}")
     return GRAPHS[name](vocab_size, mask_id, pad_id)

@@ -16,13 +16,9 @@ from pathlib import Path
 
 import numpy as np
 
-from seqdiff.errors import SeqdiffError
+from seqdiff.probes.errors import ProbeError
+from seqdiff.probes.metrics import get_metric
 from seqdiff.tokenizers.nucleotide import BASES, IUPAC_AMBIGUOUS
-
-
-class ProbeError(SeqdiffError):
-    """A benchmark, dataset file or checkpoint that the probes cannot use; the message names it and why."""
-
 
 ALPHABET = frozenset(BASES + IUPAC_AMBIGUOUS + BASES.lower() + IUPAC_AMBIGUOUS.lower())
 """Characters the nucleotide tokenizer accepts (IUPAC ambiguity codes read as N)."""
@@ -67,8 +63,6 @@ class Benchmark:
 
     def check(self) -> None:
         """Refuse a benchmark with a class absent from a split, or with characters outside the alphabet."""
-        from seqdiff.probes.metrics import get_metric
-
         get_metric(self.metric)
         for split_name, split in (("train", self.train), ("test", self.test)):
             counts = np.bincount(split.labels, minlength=len(self.classes))

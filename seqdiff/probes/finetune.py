@@ -30,6 +30,7 @@ from torch import Tensor, nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from seqdiff.probes.data import ProbeError
+from seqdiff.probes.linear import fit_logistic_model
 
 HEAD_INITS = ("random", "probe")
 
@@ -168,8 +169,6 @@ def fit_probe_head(head: nn.Linear, encoder: nn.Module, data: dict[str, tuple[Te
     Standardization x -> (x - mean) / scale is folded in: W = coef / scale, b = intercept - W @ mean. A binary
     model's single logit z becomes the two logits (0, z), whose softmax is sigmoid(z): the same probabilities.
     """
-    from seqdiff.probes.linear import fit_logistic_model
-
     feats = {split: frozen_features(encoder, ids, mask) for split, (ids, mask, _) in data.items() if split != "test"}
     labels = {split: data[split][2].numpy() for split in feats}
     scaler, model, choice = fit_logistic_model(feats, labels, seed)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from seqdiff.probes.data import ProbeError
+from seqdiff.probes.errors import ProbeError
 
 
 def _accuracy(labels: np.ndarray, pred: np.ndarray, n_classes: int) -> float:

@@ -29,8 +29,15 @@ import numpy as np
 import torch
 from torch import nn
 
+from seqdiff.backbones import build_backbone
+from seqdiff.checkpoint import load_checkpoint
+from seqdiff.probes.cnn import GenomicBenchmarksCNN
 from seqdiff.probes.data import Benchmark, LabeledSequences, ProbeError, stratified_split, truncate
-from seqdiff.probes.finetune import FinetuneConfig
+from seqdiff.probes.embeddings import BackboneEncoder, embed_sequences, encode_batch
+from seqdiff.probes.finetune import FinetuneConfig, finetune_predict
+from seqdiff.probes.linear import Selected, accuracy, fit_kmer, fit_logistic
+from seqdiff.probes.metrics import score
+from seqdiff.tokenizers.nucleotide import NucleotideTokenizer
 
 VAL_FRACTION = 0.1
 BEST_LAYER = "best"
@@ -100,8 +107,6 @@ def seed_split(bench: Benchmark, seed: int, context: int) -> tuple[Split, int]:
 
 # -------------------------------------------------------------------------------------------- row kinds
 def _frozen(model: ProbeModel, split: Split, seed: int, config: ProbeConfig):
-    from seqdiff.probes.linear import Selected, fit_logistic
-
     best = None
     feats = _frozen_features(model, split, config)  # split -> (N, n_candidate_layers, H)
     layers = candidate_layers(model.backbone, config.layer)
@@ -122,8 +127,6 @@ def candidate_layers(backbone: nn.Module, layer: int | str | None) -> list[int |
 
 
 def _frozen_features(model: ProbeModel, split: Split, config: ProbeConfig) -> dict[str, np.ndarray]:
-    from seqdiff.probes.embeddings import BackboneEncoder, embed_sequences
-
     best = config.layer == BEST_LAYER
     length = max(len(s) for seqs in split.sequences().values() for s in seqs)  # the same for every seed
     encoder = BackboneEncoder(model.backbone, model.tokenizer.complement_ids, None if best else config.layer,
@@ -143,8 +146,6 @@ cleared after each row."""
 
 
 def _tensors(tokenizer, split: Split, length: int | None = None) -> dict[str, tuple]:
-    from seqdiff.probes.embeddings import encode_batch
-
     out = {}
     for name, data in (("train", split.train), ("val", split.val), ("test", split.test)):
         ids, mask = encode_batch(tokenizer, data.sequences, length)
@@ -153,9 +154,6 @@ def _tensors(tokenizer, split: Split, length: int | None = None) -> dict[str, tu
 
 
 def _finetune(model: ProbeModel, split: Split, seed: int, config: ProbeConfig):
-    from seqdiff.probes.embeddings import BackboneEncoder
-    from seqdiff.probes.finetune import finetune_predict
-
     length = max(len(s) for seqs in split.sequences().values() for s in seqs)  # flatten: one padded length
     encoder = BackboneEncoder(copy.deepcopy(model.backbone).train(), model.tokenizer.complement_ids,
                               None if config.layer == BEST_LAYER else config.layer, config.rc_average,
@@ -168,22 +166,14 @@ def _finetune(model: ProbeModel, split: Split, seed: int, config: ProbeConfig):
 
 
 def _selected(val: float, test_pred: np.ndarray, split: Split, choice: dict[str, Any]):
-    from seqdiff.probes.linear import Selected, accuracy
-
     return Selected(val, accuracy(test_pred, split.test.labels), choice, test_pred)
 
 
 def _kmer(model: ProbeModel | None, split: Split, seed: int, config: ProbeConfig):
-    from seqdiff.probes.linear import fit_kmer
-
     return fit_kmer(split.sequences(), split.labels(), seed)
 
 
 def _cnn(model: ProbeModel | None, split: Split, seed: int, config: ProbeConfig):
-    from seqdiff.probes.cnn import GenomicBenchmarksCNN
-    from seqdiff.probes.finetune import finetune_predict
-    from seqdiff.tokenizers.nucleotide import NucleotideTokenizer
-
     tokenizer = NucleotideTokenizer()
     length = max(len(s) for seqs in split.sequences().values() for s in seqs)
     torch.manual_seed(seed)
@@ -222,8 +212,6 @@ def _stderr(line: str) -> None:
 
 def random_init_like(model: ProbeModel, seed: int) -> ProbeModel:
     """The same backbone architecture with fresh random weights (seeded)."""
-    from seqdiff.backbones import build_backbone
-
     torch.manual_seed(seed)
     cfg = model.backbone.config
     backbone = build_backbone(cfg, model.backbone.vocab_size, causal=model.backbone.causal,
@@ -235,8 +223,6 @@ def random_init_like(model: ProbeModel, seed: int) -> ProbeModel:
 def headline_score(bench: Benchmark, result, split: Split) -> float:
     """The benchmark's headline metric of one seed's test predictions (its accuracy when the headline is
     accuracy, so rows of accuracy benchmarks are exactly as before)."""
-    from seqdiff.probes.metrics import score
-
     if bench.metric == "accuracy":
         return result.test_accuracy
     if result.test_pred is None:
@@ -327,8 +313,6 @@ def run_protocol(bench: Benchmark, models: list[ProbeModel], config: ProbeConfig
 
 def load_probe_model(path: str, device: str = "cpu", use_ema: bool = True) -> ProbeModel:
     """A checkpoint's backbone for probing; a model whose tokenizer is not nucleotide is refused."""
-    from seqdiff.checkpoint import load_checkpoint
-
     loaded = load_checkpoint(path, device=device, use_ema=use_ema)
     if loaded.tokenizer.kind != "nucleotide":
         raise ProbeError(f"{path} is a {loaded.tokenizer.kind!r}-tokenizer ({loaded.method.name}) model; genomic "

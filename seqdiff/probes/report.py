@@ -13,7 +13,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from seqdiff.evaluation.generate import write_atomically
+from seqdiff.atomic import write_atomically
+from seqdiff.probes.genomic_benchmarks import ALIASES, DATASETS
 from seqdiff.probes.metrics import DEFAULT_METRIC, get_metric
 from seqdiff.probes.published import PUBLISHED, PublishedRow  # noqa: F401  (PublishedRow: re-exported)
 
@@ -50,8 +51,6 @@ def table_lines(rows: list[dict[str, Any]]) -> list[str]:
 
 
 def published_lines(benchmark: str) -> list[str]:
-    from seqdiff.probes.genomic_benchmarks import ALIASES, DATASETS
-
     benchmark = ALIASES.get(benchmark, benchmark)
     if benchmark not in DATASETS:
         return ["Published rows are kept for the Genomic Benchmarks datasets only; none for this benchmark."]

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from seqdiff.probes.data import Benchmark, LabeledSequences, ProbeError, encode_labels, stratified_split
+from seqdiff.sources import data_dir
 
 SEQ_LEN = 60
 N_SEQUENCES = 3186
@@ -69,8 +70,6 @@ def read_rda(path: str | Path) -> tuple[np.ndarray, list[str]]:
 
 
 def default_path() -> Path:
-    from seqdiff.data.fetch import data_dir
-
     return data_dir() / "splice-junctions" / "DNA.rda"
 
 

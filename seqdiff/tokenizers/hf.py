@@ -36,6 +36,7 @@ import numpy as np
 from tokenizers import Tokenizer as FastTokenizer
 from tokenizers import decoders, models, normalizers, pre_tokenizers
 
+from seqdiff.sources import source_path
 from seqdiff.tokenizers.base import Tokenizer, TokenizerError
 
 GPT2_FILE_PAIRS = (("vocab.json", "merges.txt"), ("encoder.json", "vocab.bpe"))
@@ -66,8 +67,6 @@ def _read_text(path: str | Path) -> str:
 
 
 def _default_dir(source: str) -> Path:
-    from seqdiff.data.fetch import source_path  # the data layer; imported late (it imports more)
-
     return source_path(source)
 
 
