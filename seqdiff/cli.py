@@ -102,7 +102,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(text)
         return 0
-    kind = "upper bounds (NELBO)" if model.method.name != "ar" else "exact"
+    kind = "exact" if model.method.exact_likelihood else "upper bounds (NELBO)"
     print(f"{model.method.name} checkpoint {model.path} (step {model.step}), {kind}:")
     print(format_table(reports))
     print(f"written: {out}")

@@ -406,7 +406,7 @@ REGISTRY_KEYS: dict[str, tuple[str, str, str]] = {
     "data_modules": ("seqdiff.data", "DATA_MODULES", "keys"),
     "tokenizers": ("seqdiff.tokenizers", "TOKENIZERS", "keys"),
     "samplers": ("seqdiff.samplers", "SAMPLERS", "keys"),
-    "default_samplers": ("seqdiff.samplers", "DEFAULT_SAMPLER", "pairs"),
+    "default_samplers": ("seqdiff.methods", "DEFAULT_SAMPLERS", "pairs"),
 }
 
 

@@ -39,6 +39,10 @@ NEG_INF = float("-inf")
 class MDLM(Method):
     name = "mdlm"
     causal = False
+    exact_likelihood = False
+    """A NELBO (an upper bound on the NLL) over random masking times."""
+    default_sampler = "cached"
+    """Ancestral sampling that skips the denoiser when nothing was unmasked."""
 
     def __init__(self, config: MethodConfig, tokenizer: Tokenizer):
         super().__init__(config, tokenizer)
