@@ -152,7 +152,7 @@ def _score_fasta(config: RunConfig, model, t_samples: int, max_test_windows: int
     n_tiles = len(dm.eval_dataset("test"))
     index = evenly(n_tiles, max_test_windows)
     report = test_bits(model, dm, index, t_samples, config.data.eval_batch_size)
-    report.update({"test_file": str(config.data.fasta), "test_windows": {"used": len(index), "total": n_tiles}})
+    report.update({"test_file": str(config.data.fasta.path), "test_windows": {"used": len(index), "total": n_tiles}})
     return report
 
 

@@ -471,8 +471,8 @@ def run(runs: Path, out: Path, do_train: bool, max_test_windows: int | None, num
                                            "On balance they speed reading up.")
         + " In training the model step (seconds per batch here) dominates either setting.")
     results["setup"] = {
-        "fasta": cfg.fasta, "block_size": cfg.block_size, "valid_fraction": cfg.valid_fraction,
-        "test_fraction": cfg.test_fraction, "split_seed": cfg.split_seed, "seq_len": cfg.seq_len,
+        "fasta": cfg.fasta.path, "block_size": cfg.fasta.block_size, "valid_fraction": cfg.fasta.valid_fraction,
+        "test_fraction": cfg.fasta.test_fraction, "split_seed": cfg.fasta.split_seed, "seq_len": cfg.seq_len,
         "batch_size": cfg.batch_size, "preset": models["mdlm"].model_config.preset,
         "lr": load_run_config(RECIPE.format(method="mdlm"), TRAIN_OVERRIDES).train.lr,
         "split_sizes": {k: v for k, v in _split_sizes(dm).items()}, "cpu_count": os.cpu_count(),
