@@ -31,6 +31,23 @@ def test_every_method_declares_its_facts(name):
     assert DEFAULT_SAMPLERS[name] == cls.default_sampler
 
 
+def test_every_method_class_anywhere_declares_its_facts():
+    import seqdiff.edlm.likelihood  # noqa: F401  (EDLMBound is a Method outside seqdiff.methods)
+    from seqdiff.methods.base import Method
+
+    def subclasses(cls):
+        for sub in cls.__subclasses__():
+            yield sub
+            yield from subclasses(sub)
+
+    found = list(subclasses(Method))
+    assert len(found) >= len(METHODS) + 1
+    for cls in found:
+        if cls.__module__.startswith("seqdiff."):
+            for attr, tp in FACTS.items():
+                assert isinstance(getattr(cls, attr, None), tp), f"{cls.__qualname__} does not declare {attr}"
+
+
 def test_sampler_name_reads_the_attribute():
     class Fake:
         default_sampler = "euler"
