@@ -96,4 +96,5 @@ def test_no_module_compares_a_method_name_with_ar():
     for folder in ("seqdiff", "pipelines"):
         for path in sorted((ROOT / folder).rglob("*.py")):
             found += [f"{path.relative_to(ROOT)}:{line}" for line in _name_comparisons(ast.parse(path.read_text()))]
-    assert found == [], "method facts are class attributes (exact_likelihood, causal, default_sampler): " + ", ".join(found)
+    assert found == [], ("method facts are class attributes (exact_likelihood, causal, default_sampler): "
+                         + ", ".join(found))

@@ -189,11 +189,12 @@ def load_split_arrays(config: DataConfig, tokenizer: Tokenizer, split: str,
     from seqdiff.data import cache
 
     source = SplitSource(config, split)
-    use_cache = config.text.cache if config.text.cache is not None else source.size_bytes() >= config.text.cache_min_bytes
+    text = config.text
+    use_cache = text.cache if text.cache is not None else source.size_bytes() >= text.cache_min_bytes
     if not use_cache:
         return build_split_arrays(source, tokenizer, config)
     fields = {**source.identity(), "tokenizer": cache.tokenizer_fingerprint(tokenizer),
-              "seq_len": config.seq_len if config.text.block_mode != "stream" else None, "mode": config.text.block_mode}
+              "seq_len": config.seq_len if text.block_mode != "stream" else None, "mode": text.block_mode}
     from seqdiff.data.streaming import build_streaming  # bounded memory, the same arrays
 
     return cache.load_or_build_into(fields, lambda folder: build_streaming(source, tokenizer, config, folder),
@@ -225,7 +226,8 @@ class TextDataModule(L.LightningDataModule):
 
     def split_tokens(self, split: str) -> np.ndarray:
         if self.config.text.block_mode != "stream":
-            raise ValueError(f"data.text.block_mode={self.config.text.block_mode}: splits are block tables, not streams")
+            raise ValueError(f"data.text.block_mode={self.config.text.block_mode}: splits are block tables, not "
+                             "streams")
         return self.split_arrays(split)["tokens"]
 
     def train_dataloader(self) -> DataLoader:

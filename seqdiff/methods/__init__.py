@@ -50,5 +50,5 @@ def build_model(model: ModelConfig, method_config: MethodConfig, tokenizer: Toke
     return method, backbone, model
 
 
-__all__ = ["AR", "D3PM", "DEFAULT_SAMPLERS", "MDLM", "METHODS", "SEDD", "Batch", "Method", "MethodOutput", "build_method",
-           "build_model", "resolve_model_config", "BD3LM"]
+__all__ = ["AR", "D3PM", "DEFAULT_SAMPLERS", "MDLM", "METHODS", "SEDD", "Batch", "Method", "MethodOutput",
+           "build_method", "build_model", "resolve_model_config", "BD3LM"]

@@ -37,7 +37,8 @@ def sampler_name(name: str | None, method) -> str:
 def build_sampler(name: str | None, method, backbone, steps: int, temperature: float = 1.0,
                   top_p: float = 1.0, **options) -> Sampler:
     """Sampler by name; None picks the method's default (`Method.default_sampler`: cached for MDLM, KV-cached
-    for AR, analytic for SEDD, ancestral for D3PM, bd3lm for BD3LM). top_p < 1 (nucleus) is for the MDLM and AR samplers.
+    for AR, analytic for SEDD, ancestral for D3PM, bd3lm for BD3LM). top_p < 1 (nucleus) is for the MDLM and AR
+    samplers.
     `options` go to samplers that take more (edlm: energy, k, window)."""
     name = sampler_name(name, method)
     if name not in SAMPLERS:
