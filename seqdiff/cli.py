@@ -25,19 +25,20 @@ def _config_keys_help() -> str:
         cls = section.type if isinstance(section.type, type) else type(getattr(RunConfig(), section.name))
         if not dataclasses.is_dataclass(cls):
             continue
-        lines += _field_lines(section.name, cls)
+        lines += _field_lines(section.name, cls, width=len(section.name) + 23)
     return "\n".join(lines)
 
 
-def _field_lines(prefix: str, cls: type) -> list[str]:
+def _field_lines(prefix: str, cls: type, width: int) -> list[str]:
     """`prefix.key  doc` for each field of `cls`; a field that is itself a config (data.text) lists its keys."""
     docs, lines = field_help(cls), []
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
         if dataclasses.is_dataclass(hints[f.name]):
-            lines += _field_lines(f"{prefix}.{f.name}", hints[f.name])
+            lines += _field_lines(f"{prefix}.{f.name}", hints[f.name], width)
         else:
-            lines.append(f"  {prefix}.{f.name:<22} {docs.get(f.name, '')}")
+            key = f"{prefix}.{f.name}"
+            lines.append(f"  {key:<{width}} {docs.get(f.name, '')}")
     return lines
 
 
