@@ -152,7 +152,7 @@ def _score_fasta(config: RunConfig, model, t_samples: int, max_test_windows: int
     n_tiles = len(dm.eval_dataset("test"))
     index = evenly(n_tiles, max_test_windows)
     report = test_bits(model, dm, index, t_samples, config.data.eval_batch_size)
-    report.update({"test_file": str(config.data.fasta), "test_windows": {"used": len(index), "total": n_tiles}})
+    report.update({"test_file": str(config.data.fasta.path), "test_windows": {"used": len(index), "total": n_tiles}})
     return report
 
 
@@ -164,7 +164,7 @@ def evaluate_method(config: RunConfig, run_dir: Path, num_t_samples: int,
                     max_test_windows: int | None = None) -> dict[str, Any]:
     """Test NLL (bound) of the finished run, cached in <run>/eval/compare.json by step, t-samples and windows."""
     model = load_checkpoint(run_dir)
-    t_samples = 1 if model.method.name == "ar" else num_t_samples
+    t_samples = 1 if model.method.exact_likelihood else num_t_samples
     cache = run_dir / "eval" / "compare.json"
     if cache.is_file():
         cached = json.loads(cache.read_text())
@@ -201,7 +201,7 @@ def measure_speed(run_dirs: dict[str, Path], sample: SampleConfig, rounds: int) 
     for method, model in models.items():
         median = statistics.median(times[method])
         out[method] = {"sampler": samplers[method],
-                       "sample_steps": None if model.method.name == "ar" else sample.steps,
+                       "sample_steps": None if model.method.exact_likelihood else sample.steps,
                        "denoiser_calls": calls[method], "seconds_per_round": times[method],
                        "samples_per_second": sample.num_samples / median,
                        "tokens_per_second": sample.num_samples * sample.seq_len / median,

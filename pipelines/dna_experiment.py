@@ -407,7 +407,7 @@ def run(runs: Path, out: Path, do_train: bool, max_test_windows: int | None, num
 
     for method, model in models.items():
         t = time.perf_counter()
-        report = test_bits(model, dm, index, num_t_samples if method != "ar" else 1, cfg.eval_batch_size)
+        report = test_bits(model, dm, index, 1 if model.method.exact_likelihood else num_t_samples, cfg.eval_batch_size)
         print(f"[dna] {method}: test {report['bits_per_base']:.4f} bits/base ({time.perf_counter() - t:.0f} s)",
               file=sys.stderr)
         timing = runs / method / "timing.json"
@@ -447,7 +447,7 @@ def run(runs: Path, out: Path, do_train: bool, max_test_windows: int | None, num
         sources[method.upper()] = gen.texts
         symbols = torch.cat(gen.tokens)  # (n,) ids; A, C, G, T are 0-3, N is 4, specials above
         results["models"][method]["sampling"] = {
-            "sampler": gen.sampler, "steps": sample_steps if method != "ar" else cfg.seq_len,
+            "sampler": gen.sampler, "steps": cfg.seq_len if model.method.causal else sample_steps,
             "seconds": gen.seconds, "denoiser_calls": gen.denoiser_calls,
             "non_acgt_fraction": float((symbols >= tok.n_id).float().mean())}
     sources["real (valid)"] = real
@@ -471,8 +471,8 @@ def run(runs: Path, out: Path, do_train: bool, max_test_windows: int | None, num
                                            "On balance they speed reading up.")
         + " In training the model step (seconds per batch here) dominates either setting.")
     results["setup"] = {
-        "fasta": cfg.fasta, "block_size": cfg.block_size, "valid_fraction": cfg.valid_fraction,
-        "test_fraction": cfg.test_fraction, "split_seed": cfg.split_seed, "seq_len": cfg.seq_len,
+        "fasta": cfg.fasta.path, "block_size": cfg.fasta.block_size, "valid_fraction": cfg.fasta.valid_fraction,
+        "test_fraction": cfg.fasta.test_fraction, "split_seed": cfg.fasta.split_seed, "seq_len": cfg.seq_len,
         "batch_size": cfg.batch_size, "preset": models["mdlm"].model_config.preset,
         "lr": load_run_config(RECIPE.format(method="mdlm"), TRAIN_OVERRIDES).train.lr,
         "split_sizes": {k: v for k, v in _split_sizes(dm).items()}, "cpu_count": os.cpu_count(),

@@ -172,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     out = out_dir / (f"{stem}.fa.gz" if args.format == "bgzip" else f"{stem}.fa")
     if out.is_file():  # finished earlier (prepare_reference renames only a complete file)
         fasta = open_fasta(out)
-        print(f"{out}: already prepared ({len(fasta.lengths)} sequences); use data.fasta={out}")
+        print(f"{out}: already prepared ({len(fasta.lengths)} sequences); use data.fasta.path={out}")
         return 0
     md5 = args.md5 or fetch_md5(UCSC_HG19_MD5_URL, name)
     raw = download(args.url, out_dir / name, md5)
@@ -180,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.keep_download and raw != out:
         raw.unlink()
     total = sum(fasta.lengths.values())
-    print(f"{out}: {len(fasta.lengths)} sequences, {total:,} bases, indexed; use data.fasta={out}")
+    print(f"{out}: {len(fasta.lengths)} sequences, {total:,} bases, indexed; use data.fasta.path={out}")
     return 0
 
 

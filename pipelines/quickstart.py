@@ -137,7 +137,7 @@ def run_quickstart(out_dir: str | Path = "reports/quickstart", run_root: str | P
         tokens = tokenize_file(test_path, model.tokenizer)
         t0 = time.perf_counter()
         report = evaluate_tokens(model, tokens, batch_size=config.data.eval_batch_size,
-                                 num_t_samples=NUM_T_SAMPLES if method != "ar" else 1, seed=0)
+                                 num_t_samples=1 if model.method.exact_likelihood else NUM_T_SAMPLES, seed=0)
         eval_seconds = time.perf_counter() - t0
         gen = generate(model, config.sample)
         if words is None:  # the training text's words (after the text8 normalization the models see)
@@ -152,7 +152,7 @@ def run_quickstart(out_dir: str | Path = "reports/quickstart", run_root: str | P
             "train_seconds": train_seconds,
             "eval_seconds": eval_seconds,
             "sampler": gen.sampler,
-            "sample_steps": config.sample.steps if method != "ar" else None,
+            "sample_steps": None if model.method.causal else config.sample.steps,
             "sample_seconds": gen.seconds,
             "sample_tokens_per_second": sum(len(t) for t in gen.tokens) / gen.seconds,
             "denoiser_calls": gen.denoiser_calls,

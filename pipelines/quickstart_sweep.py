@@ -68,7 +68,7 @@ def run_candidate(name: str, overrides: list[str], run_root: Path) -> dict:
         model = load_checkpoint(run_dir)
         tokens = tokenize_file(split_path(config.data, "valid"), model.tokenizer)
         report = evaluate_tokens(model, tokens, batch_size=config.data.eval_batch_size,
-                                 num_t_samples=NUM_T_SAMPLES if method != "ar" else 1, seed=0)
+                                 num_t_samples=1 if model.method.exact_likelihood else NUM_T_SAMPLES, seed=0)
         out["methods"][method] = {
             "valid_bits_per_character": report["bits_per_character"], "bound": report["bound"],
             "train_seconds": seconds, "steps": model.step,

@@ -11,6 +11,7 @@ import argparse
 import dataclasses
 import json
 import sys
+import typing
 from pathlib import Path
 
 from seqdiff.config import ConfigError, RunConfig, SampleConfig, field_help, finite_float
@@ -24,10 +25,21 @@ def _config_keys_help() -> str:
         cls = section.type if isinstance(section.type, type) else type(getattr(RunConfig(), section.name))
         if not dataclasses.is_dataclass(cls):
             continue
-        docs = field_help(cls)
-        for f in dataclasses.fields(cls):
-            lines.append(f"  {section.name}.{f.name:<22} {docs.get(f.name, '')}")
+        lines += _field_lines(section.name, cls, width=len(section.name) + 23)
     return "\n".join(lines)
+
+
+def _field_lines(prefix: str, cls: type, width: int) -> list[str]:
+    """`prefix.key  doc` for each field of `cls`; a field that is itself a config (data.text) lists its keys."""
+    docs, lines = field_help(cls), []
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        if dataclasses.is_dataclass(hints[f.name]):
+            lines += _field_lines(f"{prefix}.{f.name}", hints[f.name], width)
+        else:
+            key = f"{prefix}.{f.name}"
+            lines.append(f"  {key:<{width}} {docs.get(f.name, '')}")
+    return lines
 
 
 # ---------------------------------------------------------------------------------------------- train
@@ -102,7 +114,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(text)
         return 0
-    kind = "upper bounds (NELBO)" if model.method.name != "ar" else "exact"
+    kind = "exact" if model.method.exact_likelihood else "upper bounds (NELBO)"
     print(f"{model.method.name} checkpoint {model.path} (step {model.step}), {kind}:")
     print(format_table(reports))
     print(f"written: {out}")

@@ -151,6 +151,71 @@ class MethodConfig:
 
 
 @dataclass
+class TextDataConfig:
+    """data.text: how text sources are cut into blocks and cached (data.kind=text)."""
+
+    block_mode: Literal["stream", "wrapped", "padded"] = "stream"
+    """Random windows of one token stream; EOS-joined documents in BOS..EOS rows; or one padded doc per row."""
+    documents: Literal["paragraphs", "lines"] = "paragraphs"
+    """A .txt document is a blank-line-separated paragraph or one line (.jsonl / .parquet: one per record)."""
+    detokenizer: str | None = None
+    """Detokenizer run on each document before tokenizing (seqdiff.data.datasets.DETOKENIZERS; none: off)."""
+    cache: bool | None = None
+    """Tokenized blocks cached on disk (data dir/cache): true, false, or null = sources >= cache_min_bytes."""
+    cache_min_bytes: int = 64_000_000
+    """cache=null: smallest source (bytes) whose tokenized blocks are cached."""
+    tokenize_workers: int = 0
+    """Processes that tokenize a large source in parallel (0: one per CPU core, at most 8)."""
+
+    def __post_init__(self) -> None:
+        for key in ("cache_min_bytes", "tokenize_workers"):
+            if getattr(self, key) < 0:
+                raise ConfigError(f"data.text.{key} must be >= 0, got {getattr(self, key)}")
+
+
+@dataclass
+class FastaDataConfig:
+    """data.fasta: the reference genome and its train / valid / test split (data.kind=fasta)."""
+
+    path: str | None = None
+    """The reference FASTA (plain or bgzip; .fai / .gzi built beside it when missing)."""
+    bed: str | None = None
+    """split_mode=bed: intervals `chrom start end split` (Basenji / Enformer layout)."""
+    split_mode: Literal["bed", "chromosomes", "blocks"] = "blocks"
+    """Splits from a BED file, whole held-out chromosomes, or held-out blocks of one chromosome."""
+    chromosomes: list[str] = field(default_factory=list)
+    """The chromosome(s) cut into blocks (blocks mode), or training ones (chromosomes; empty: 1-22, X, Y)."""
+    valid_chromosomes: list[str] = field(default_factory=list)
+    """split_mode=chromosomes: chromosomes held out for validation."""
+    test_chromosomes: list[str] = field(default_factory=list)
+    """split_mode=chromosomes: chromosomes held out for testing."""
+    block_size: int = 100_000
+    """split_mode=blocks: bases per block assigned to one split (mostly-N blocks are dropped)."""
+    valid_fraction: float = 0.05
+    """split_mode=blocks: fraction of blocks held out for validation."""
+    test_fraction: float = 0.05
+    """split_mode=blocks: fraction of blocks held out for testing."""
+    split_seed: int = 0
+    """split_mode=blocks: seed of the block assignment (independent of train.seed, so runs share splits)."""
+    max_n_fraction: float = 0.1
+    """Windows with a larger fraction of N are resampled (training) or skipped (evaluation)."""
+    rc_augment: bool = True
+    """Replace each training window by its reverse complement with probability 0.5."""
+    keep_soft_mask: bool = False
+    """Add a per-base bool "soft_mask" tensor (lowercase in the FASTA) to each batch."""
+
+    def __post_init__(self) -> None:
+        if self.block_size < 1:
+            raise ConfigError(f"data.fasta.block_size must be >= 1, got {self.block_size}")
+        for key in ("valid_fraction", "test_fraction", "max_n_fraction"):
+            if not 0 <= getattr(self, key) <= 1:
+                raise ConfigError(f"data.fasta.{key} must lie in [0, 1], got {getattr(self, key)}")
+        if self.valid_fraction + self.test_fraction >= 1:
+            raise ConfigError("data.fasta.valid_fraction + data.fasta.test_fraction must be < 1 (blocks are left "
+                              "for training)")
+
+
+@dataclass
 class DataConfig:
     kind: str = "text"
     """Data module registry key (seqdiff.data.DATA_MODULES): {registry:data_modules}."""
@@ -174,64 +239,68 @@ class DataConfig:
     """Blocks per evaluation batch."""
     num_workers: int = 0
     """DataLoader worker processes."""
-    fasta: str | None = None
-    """fasta: the reference FASTA (plain or bgzip; .fai / .gzi built beside it when missing)."""
-    bed: str | None = None
-    """fasta, split_mode=bed: intervals `chrom start end split` (Basenji / Enformer layout)."""
-    split_mode: Literal["bed", "chromosomes", "blocks"] = "blocks"
-    """fasta: splits from a BED file, whole held-out chromosomes, or held-out blocks of one chromosome."""
-    chromosomes: list[str] = field(default_factory=list)
-    """fasta: the chromosome(s) cut into blocks (blocks mode), or training ones (chromosomes; empty: 1-22, X, Y)."""
-    valid_chromosomes: list[str] = field(default_factory=list)
-    """fasta, split_mode=chromosomes: chromosomes held out for validation."""
-    test_chromosomes: list[str] = field(default_factory=list)
-    """fasta, split_mode=chromosomes: chromosomes held out for testing."""
-    block_size: int = 100_000
-    """fasta, split_mode=blocks: bases per block assigned to one split (mostly-N blocks are dropped)."""
-    valid_fraction: float = 0.05
-    """fasta, split_mode=blocks: fraction of blocks held out for validation."""
-    test_fraction: float = 0.05
-    """fasta, split_mode=blocks: fraction of blocks held out for testing."""
-    split_seed: int = 0
-    """fasta, split_mode=blocks: seed of the block assignment (independent of train.seed, so runs share splits)."""
-    max_n_fraction: float = 0.1
-    """fasta: windows with a larger fraction of N are resampled (training) or skipped (evaluation)."""
-    rc_augment: bool = True
-    """fasta: replace each training window by its reverse complement with probability 0.5."""
-    keep_soft_mask: bool = False
-    """fasta: add a per-base bool "soft_mask" tensor (lowercase in the FASTA) to each batch."""
-    block_mode: Literal["stream", "wrapped", "padded"] = "stream"
-    """text: random windows of one token stream; EOS-joined documents in BOS..EOS rows; or one padded doc per row."""
-    documents: Literal["paragraphs", "lines"] = "paragraphs"
-    """text: a .txt document is a blank-line-separated paragraph or one line (.jsonl / .parquet: one per record)."""
-    detokenizer: str | None = None
-    """text: detokenizer run on each document before tokenizing (seqdiff.data.datasets.DETOKENIZERS; none: off)."""
-    cache: bool | None = None
-    """text: tokenized blocks cached on disk (data dir/cache): true, false, or null = sources >= cache_min_bytes."""
-    cache_min_bytes: int = 64_000_000
-    """text, cache=null: smallest source (bytes) whose tokenized blocks are cached."""
-    tokenize_workers: int = 0
-    """text: processes that tokenize a large source in parallel (0: one per CPU core, at most 8)."""
+    text: TextDataConfig = field(default_factory=TextDataConfig)
+    """Options of data.kind=text: block mode, documents, detokenizer, cache."""
+    fasta: FastaDataConfig = field(default_factory=FastaDataConfig)
+    """Options of data.kind=fasta: the FASTA path and its split."""
 
     def __post_init__(self) -> None:
         for key in ("seq_len", "batch_size", "eval_batch_size"):
             if getattr(self, key) < 1:
                 raise ConfigError(f"data.{key} must be >= 1, got {getattr(self, key)}")
-        if self.block_size < 1:
-            raise ConfigError(f"data.block_size must be >= 1, got {self.block_size}")
-        for key in ("valid_fraction", "test_fraction", "max_n_fraction"):
-            if not 0 <= getattr(self, key) <= 1:
-                raise ConfigError(f"data.{key} must lie in [0, 1], got {getattr(self, key)}")
-        if self.valid_fraction + self.test_fraction >= 1:
-            raise ConfigError("data.valid_fraction + data.test_fraction must be < 1 (blocks are left for training)")
-        if self.block_mode != "stream" and self.seq_len < 3:
-            raise ConfigError(f"data.seq_len must be >= 3 with data.block_mode={self.block_mode} (BOS, a token, EOS), "
-                              f"got {self.seq_len}")
-        for key in ("cache_min_bytes", "tokenize_workers"):
-            if getattr(self, key) < 0:
-                raise ConfigError(f"data.{key} must be >= 0, got {getattr(self, key)}")
+        if self.text.block_mode != "stream" and self.seq_len < 3:
+            raise ConfigError(f"data.seq_len must be >= 3 with data.text.block_mode={self.text.block_mode} (BOS, "
+                              f"a token, EOS), got {self.seq_len}")
         if self.kind == "fasta" and self.tokenizer != "nucleotide":
             raise ConfigError(f"data.kind=fasta needs data.tokenizer=nucleotide, got {self.tokenizer!r}")
+
+
+# Spellings of the release before data.text / data.fasta (flat data.* keys), still read from recipes,
+# overrides, config.yaml files and checkpoints: old key -> (part, key in that part).
+LEGACY_DATA_KEYS: dict[str, tuple[str, str]] = {
+    **{k: ("text", k) for k in ("block_mode", "documents", "detokenizer", "cache", "cache_min_bytes",
+                                "tokenize_workers")},
+    "fasta": ("fasta", "path"),
+    **{k: ("fasta", k) for k in ("bed", "split_mode", "chromosomes", "valid_chromosomes", "test_chromosomes",
+                                 "block_size", "valid_fraction", "test_fraction", "split_seed", "max_n_fraction",
+                                 "rc_augment", "keep_soft_mask")},
+}
+
+
+def _is_legacy(key: str, value: Any) -> bool:
+    # data.fasta is both an old key (the FASTA path: a string or null) and the new part (a mapping)
+    return key in LEGACY_DATA_KEYS and not (key == "fasta" and isinstance(value, (dict, FastaDataConfig)))
+
+
+def upgrade_data_section(data: dict[str, Any], prefix: str = "data.") -> dict[str, Any]:
+    """A data section in old flat spellings (data.block_mode, data.fasta=PATH, ...) -> the data.text /
+    data.fasta parts; an old key given together with its new spelling is refused, naming both."""
+    if not isinstance(data, dict) or not any(_is_legacy(k, v) for k, v in data.items()):
+        return data
+    out = {k: v for k, v in data.items() if not _is_legacy(k, v)}
+    for key, value in data.items():
+        if not _is_legacy(key, value):
+            continue
+        part, new = LEGACY_DATA_KEYS[key]
+        section = out.get(part)
+        section = {} if section is None else section
+        if not isinstance(section, dict):
+            raise ConfigError(f"{prefix}{part} must be a mapping of fields, got {section!r}")
+        section = dict(section)
+        if new in section:
+            raise ConfigError(f"{prefix}{key} (the old spelling) and {prefix}{part}.{new} are both given; keep "
+                              f"{prefix}{part}.{new}")
+        section[new] = value
+        out[part] = section
+    return out
+
+
+def legacy_override_path(path: list[str]) -> list[str]:
+    """An override path in an old spelling (['data', 'block_mode']) -> its new place (['data', 'text',
+    'block_mode']); other paths unchanged."""
+    if len(path) == 2 and path[0] == "data" and path[1] in LEGACY_DATA_KEYS:
+        return ["data", *LEGACY_DATA_KEYS[path[1]]]
+    return path
 
 
 @dataclass
@@ -418,7 +487,7 @@ REGISTRY_KEYS: dict[str, tuple[str, str, str]] = {
     "data_modules": ("seqdiff.data", "DATA_MODULES", "keys"),
     "tokenizers": ("seqdiff.tokenizers", "TOKENIZERS", "keys"),
     "samplers": ("seqdiff.samplers", "SAMPLERS", "keys"),
-    "default_samplers": ("seqdiff.samplers", "DEFAULT_SAMPLER", "pairs"),
+    "default_samplers": ("seqdiff.methods", "DEFAULT_SAMPLERS", "pairs"),
 }
 
 
@@ -561,6 +630,8 @@ def from_dict(cls: type, data: dict[str, Any], prefix: str = "") -> Any:
         if preset not in MODEL_PRESETS:
             raise ConfigError(f"{prefix}preset={preset!r} is unknown; choose one of {sorted(MODEL_PRESETS)}")
         data = {**MODEL_PRESETS[preset], **data}
+    if cls is DataConfig:
+        data = upgrade_data_section(data, prefix or "data.")
     hints = _resolved_types(cls)
     names = [f.name for f in dataclasses.fields(cls)]
     unknown = sorted(set(data) - set(names))
@@ -592,8 +663,12 @@ def parse_override(text: str) -> tuple[list[str], Any]:
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
     """Apply dotted overrides to a nested dict (before it is typed)."""
     data = _deepcopy_dict(data)
+    if "data" in data:  # a recipe in the old flat data.* spellings, so new-spelled overrides find their part
+        data["data"] = upgrade_data_section(data["data"])
     for text in overrides:
         path, value = parse_override(text)
+        if not (path == ["data", "fasta"] and isinstance(value, dict)):
+            path = legacy_override_path(path)  # data.block_mode=... -> data.text.block_mode=...
         node = data
         for part in path[:-1]:
             node = node.setdefault(part, {})
@@ -627,10 +702,13 @@ __all__ = [
     "MODEL_PRESETS",
     "ConfigError",
     "DataConfig",
+    "FastaDataConfig",
+    "LEGACY_DATA_KEYS",
     "MethodConfig",
     "ModelConfig",
     "RunConfig",
     "SampleConfig",
+    "TextDataConfig",
     "TrainConfig",
     "apply_overrides",
     "field",
@@ -641,4 +719,5 @@ __all__ = [
     "load_yaml",
     "parse_override",
     "to_dict",
+    "upgrade_data_section",
 ]

@@ -14,7 +14,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from pipelines import fetch_grch37
-from seqdiff.config import ConfigError, DataConfig, load_run_config
+from seqdiff.config import ConfigError, DataConfig, FastaDataConfig, load_run_config
 from seqdiff.data import build_data_module, data_module_class
 from seqdiff.data import genome as G
 from seqdiff.data.fasta import FastaDataModule
@@ -460,9 +460,9 @@ def test_fasta_data_module_blocks_and_early_errors(gdir, tmp_path):
     with pytest.raises(G.GenomeError, match="none.fa does not exist"):
         train(missing, tmp_path / "r")
     assert not (tmp_path / "r").exists()
-    with pytest.raises(G.GenomeError, match="needs data.chromosomes"):
-        build_data_module(DataConfig(kind="fasta", tokenizer="nucleotide", split_mode="blocks",
-                                     fasta=str(gdir / f"{STEM}.fa")), TOK).check_files()
+    with pytest.raises(G.GenomeError, match=r"needs data\.fasta\.chromosomes"):
+        build_data_module(DataConfig(kind="fasta", tokenizer="nucleotide", fasta=FastaDataConfig(
+            split_mode="blocks", path=str(gdir / f"{STEM}.fa"))), TOK).check_files()
     with pytest.raises(ConfigError, match="data.tokenizer=nucleotide"):
         load_run_config(None, ["data.kind=fasta"])
 

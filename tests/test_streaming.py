@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from seqdiff.config import DataConfig
+from seqdiff.config import DataConfig, TextDataConfig
 from seqdiff.data import cache, streaming
 from seqdiff.data.text import SplitSource, build_split_arrays, load_split_arrays
 from seqdiff.data.text_files import DataFileError
@@ -52,7 +52,8 @@ def _write(folder: Path, kind: str, docs_text: str) -> Path:
 
 
 def _both(source_folder: Path, tokenizer, tmp_path: Path, workers: int = 1, **config):
-    cfg = DataConfig(corpus=str(source_folder), cache=False, **config)
+    text = {k: config.pop(k) for k in list(config) if k in TextDataConfig.__dataclass_fields__}
+    cfg = DataConfig(corpus=str(source_folder), **config, text=TextDataConfig(cache=False, **text))
     source = SplitSource(cfg, "test")
     memory, memory_meta = build_split_arrays(source, tokenizer, cfg)
     out = tmp_path / f"stream-{len(list(tmp_path.glob('stream-*')))}"
@@ -97,7 +98,7 @@ def test_detokenized_dataset_documents_stream(tmp_path, monkeypatch, tokenizers)
     rows = {"text": [" = Title = \n", "", "a @-@ b , c\n", "the 1 @,@ 000 @-@ year war ( in 1990 ) , he said"]}
     monkeypatch.setattr(datasets, "_hub_load", lambda p, n, s: rows)
     for mode in ("stream", "wrapped"):
-        cfg = DataConfig(corpus="wikitext2", block_mode=mode, seq_len=8, cache=False)
+        cfg = DataConfig(corpus="wikitext2", seq_len=8, text=TextDataConfig(block_mode=mode, cache=False))
         source = SplitSource(cfg, "test")
         memory, _ = build_split_arrays(source, tokenizers["gpt2"], cfg)
         out = tmp_path / mode
@@ -158,7 +159,8 @@ def data_home(tmp_path, monkeypatch):
 
 def test_interrupted_build_leaves_no_cache(tmp_path, data_home, monkeypatch):
     _write(tmp_path / "c", "txt", _text() * 3)
-    cfg = DataConfig(corpus=str(tmp_path / "c"), block_mode="wrapped", seq_len=16, cache=True)
+    cfg = DataConfig(corpus=str(tmp_path / "c"), seq_len=16,
+                     text=TextDataConfig(block_mode="wrapped", cache=True))
     calls = {"n": 0}
     real = streaming.ShardWriter.append
 
@@ -190,7 +192,7 @@ def test_empty_sources_fail_clearly(tmp_path):
     folder.mkdir()
     (folder / "test.txt").write_text("\n \n\n")
     for mode, message in [("stream", "holds no text"), ("padded", "holds no documents")]:
-        cfg = DataConfig(corpus=str(folder), block_mode=mode, seq_len=8, cache=False)
+        cfg = DataConfig(corpus=str(folder), seq_len=8, text=TextDataConfig(block_mode=mode, cache=False))
         out = tmp_path / mode
         out.mkdir()
         with pytest.raises(DataFileError, match=message):

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from seqdiff.config import DataConfig, load_run_config
+from seqdiff.config import DataConfig, TextDataConfig, load_run_config
 from seqdiff.data import cache, datasets
 from seqdiff.data.blocks import PackedBlocks, RandomBlockBatches, pack_padded, pack_wrapped
 from seqdiff.data.text import TextDataModule, load_split_arrays
@@ -107,7 +107,7 @@ def test_parquet_files(tmp_path):
     folder.mkdir()
     for split in ("train", "valid", "test"):
         pq.write_table(pa.table({"text": ["to be or not to be", "that is the question"]}), folder / f"{split}.parquet")
-    cfg = DataConfig(corpus=str(folder), block_mode="padded", seq_len=32, cache=False)
+    cfg = DataConfig(corpus=str(folder), seq_len=32, text=TextDataConfig(block_mode="padded", cache=False))
     arrays = TextDataModule(cfg, CharTokenizer()).split_arrays("valid")
     assert arrays["blocks"].shape == (2, 32) and arrays["lengths"].tolist() == [20, 22]
 
@@ -129,7 +129,7 @@ def data_home(tmp_path, monkeypatch):
 
 def test_cache_is_reused_and_keyed(tmp_path, data_home):
     folder = _corpus(tmp_path / "c")
-    cfg = DataConfig(corpus=str(folder), block_mode="wrapped", seq_len=32, cache=True)
+    cfg = DataConfig(corpus=str(folder), seq_len=32, text=TextDataConfig(block_mode="wrapped", cache=True))
     tok = CountingChar()
     CountingChar.calls = 0
     first, _ = load_split_arrays(cfg, tok, "train")
@@ -139,9 +139,11 @@ def test_cache_is_reused_and_keyed(tmp_path, data_home):
     assert CountingChar.calls == built  # reused: no tokenization on the second load
     np.testing.assert_array_equal(first["blocks"], second["blocks"])
     assert len(list((data_home / "cache").iterdir())) == 1
-    load_split_arrays(DataConfig(corpus=str(folder), block_mode="wrapped", seq_len=16, cache=True), tok, "train")
+    load_split_arrays(DataConfig(corpus=str(folder), seq_len=16, text=TextDataConfig(block_mode="wrapped", cache=True)),
+                      tok, "train")
     load_split_arrays(cfg, CharTokenizer(alphabet=" abcdefghijklmnopqrstuvwxyz"), "train")  # same symbols, new ids
-    load_split_arrays(DataConfig(corpus=str(folder), block_mode="padded", seq_len=32, cache=True), tok, "train")
+    load_split_arrays(DataConfig(corpus=str(folder), seq_len=32, text=TextDataConfig(block_mode="padded", cache=True)),
+                      tok, "train")
     assert len(list((data_home / "cache").iterdir())) == 4  # seq_len, tokenizer, mode: new keys
     (folder / "train.txt").write_text("changed text\n")  # size / mtime change: new key, fresh blocks
     changed, _ = load_split_arrays(cfg, tok, "train")
@@ -151,7 +153,7 @@ def test_cache_is_reused_and_keyed(tmp_path, data_home):
 @pytest.mark.parametrize("damage", ["flip", "truncate"])
 def test_corrupted_cache_is_detected_and_rebuilt(tmp_path, data_home, capsys, damage):
     folder = _corpus(tmp_path / "c")
-    cfg = DataConfig(corpus=str(folder), block_mode="padded", seq_len=32, cache=True)
+    cfg = DataConfig(corpus=str(folder), seq_len=32, text=TextDataConfig(block_mode="padded", cache=True))
     good, _ = load_split_arrays(cfg, CharTokenizer(), "valid")
     good = np.array(good["blocks"])
     (entry,) = (data_home / "cache").iterdir()
@@ -200,10 +202,10 @@ def test_parallel_tokenization_matches_serial(monkeypatch):
 def test_block_mode_config_errors_name_the_key():
     from seqdiff.config import ConfigError
 
-    with pytest.raises(ConfigError, match="data.block_mode"):
+    with pytest.raises(ConfigError, match=r"data\.text\.block_mode"):
         load_run_config(None, ["data.block_mode=wrap"])
     with pytest.raises(ConfigError, match="data.seq_len must be >= 3"):
-        DataConfig(block_mode="padded", seq_len=2)
+        DataConfig(seq_len=2, text=TextDataConfig(block_mode="padded"))
 
 
 # ------------------------------------------------------------------------------------------- registry
@@ -224,12 +226,14 @@ def test_hub_dataset_offline_says_how_to_use_local_files(monkeypatch, data_home)
         datasets.load_documents("openwebtext", "valid")
     assert calls == [("openwebtext", None, "train[-100000:]")]  # the last 100k documents validate
     with pytest.raises(datasets.DatasetError, match="wikitext-103-raw-v1"):
-        TextDataModule(DataConfig(corpus="wikitext103", block_mode="wrapped"), CharTokenizer()).check_files()
+        TextDataModule(DataConfig(corpus="wikitext103", text=TextDataConfig(block_mode="wrapped")),
+                       CharTokenizer()).check_files()
 
 
 def test_hub_dataset_rows_become_detokenized_documents(monkeypatch):
     monkeypatch.setattr(datasets, "_hub_load", lambda p, n, s: {"text": [" = Title = \n", "", "a @-@ b , c\n"]})
-    cfg = DataConfig(corpus="wikitext2", block_mode="padded", seq_len=16, tokenizer="char", cache=False)
+    cfg = DataConfig(corpus="wikitext2", seq_len=16, tokenizer="char",
+                     text=TextDataConfig(block_mode="padded", cache=False))
     dm = TextDataModule(cfg, CharTokenizer(alphabet="abcdefghijklmnopqrstuvwxyzT -,=\n", normalize="none"))
     rows = dm.split_arrays("test")
     assert [dm.tokenizer.decode(r) for r in rows["blocks"]] == [" = Title =\n", "a-b, c\n"]

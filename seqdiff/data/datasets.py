@@ -96,14 +96,14 @@ DETOKENIZERS: dict[str, Callable[[str], str]] = {
     "lm1b": lm1b_detokenize,
     "lambada": lambada_detokenize,
 }
-"""Registry: data.detokenizer -> function applied to each document before tokenization."""
+"""Registry: data.text.detokenizer -> function applied to each document before tokenization."""
 
 
 def get_detokenizer(name: str | None) -> Callable[[str], str] | None:
     if name is None:
         return None
     if name not in DETOKENIZERS:
-        raise DatasetError(f"data.detokenizer={name!r} is unknown; choose one of {sorted(DETOKENIZERS)}")
+        raise DatasetError(f"data.text.detokenizer={name!r} is unknown; choose one of {sorted(DETOKENIZERS)}")
     return DETOKENIZERS[name]
 
 
@@ -126,7 +126,7 @@ class HubDataset:
     """Our split -> the hub's split expression (slices allowed, e.g. "train[-100000:]")."""
     text_column: str = "text"
     detokenizer: str | None = None
-    """Detokenizer used unless data.detokenizer says otherwise."""
+    """Detokenizer used unless data.text.detokenizer says otherwise."""
 
     def identity(self, split: str) -> dict[str, Any]:
         return {"dataset": self.name, "path": self.path, "config": self.config, "split": self.splits[split]}

@@ -42,37 +42,38 @@ class FastaDataModule(L.LightningDataModule):
     @property
     def fasta(self) -> FastaHandle:
         if self._fasta is None:
-            if not self.config.fasta:
-                raise GenomeError("data.kind=fasta needs data.fasta=PATH (a plain or bgzip FASTA)")
-            self._fasta = open_fasta(self.config.fasta)
+            if not self.config.fasta.path:
+                raise GenomeError("data.kind=fasta needs data.fasta.path=PATH (a plain or bgzip FASTA)")
+            self._fasta = open_fasta(self.config.fasta.path)
         return self._fasta
 
     def intervals(self) -> list[Interval]:
         """All intervals of the three splits (built once)."""
         if self._intervals is None:
-            cfg, fasta = self.config, self.fasta
+            cfg, fasta = self.config.fasta, self.fasta
             if cfg.split_mode == "bed":
                 if not cfg.bed:
-                    raise GenomeError("data.split_mode=bed needs data.bed=PATH (lines `chrom start end split`)")
+                    raise GenomeError("data.fasta.split_mode=bed needs data.fasta.bed=PATH (lines `chrom start "
+                                      "end split`)")
                 intervals = read_bed(cfg.bed, fasta)
                 if cfg.chromosomes:  # optional restriction to some chromosomes
-                    keep = {fasta.resolve(c, "data.chromosomes") for c in cfg.chromosomes}
+                    keep = {fasta.resolve(c, "data.fasta.chromosomes") for c in cfg.chromosomes}
                     intervals = [iv for iv in intervals if iv.chrom in keep]
             elif cfg.split_mode == "chromosomes":
                 if not cfg.valid_chromosomes or not cfg.test_chromosomes:
-                    raise GenomeError("data.split_mode=chromosomes needs data.valid_chromosomes and "
-                                      "data.test_chromosomes")
+                    raise GenomeError("data.fasta.split_mode=chromosomes needs data.fasta.valid_chromosomes and "
+                                      "data.fasta.test_chromosomes")
                 intervals = split_by_chromosome(fasta, cfg.valid_chromosomes, cfg.test_chromosomes,
                                                 cfg.chromosomes or None)
             else:  # blocks
                 chroms = cfg.chromosomes or (fasta.names if len(fasta.names) == 1 else [])
                 if not chroms:
-                    raise GenomeError(f"data.split_mode=blocks needs data.chromosomes (e.g. [chr20]); the FASTA "
-                                      f"holds {len(fasta.names)} sequences")
+                    raise GenomeError(f"data.fasta.split_mode=blocks needs data.fasta.chromosomes (e.g. [chr20]); "
+                                      f"the FASTA holds {len(fasta.names)} sequences")
                 intervals = []
                 for chrom in chroms:
                     intervals += split_by_blocks(fasta, chrom, cfg.block_size, cfg.valid_fraction,
-                                                 cfg.test_fraction, gap=cfg.seq_len, seed=cfg.split_seed)
+                                                 cfg.test_fraction, gap=self.config.seq_len, seed=cfg.split_seed)
             self._intervals = intervals
         return self._intervals
 
@@ -89,27 +90,27 @@ class FastaDataModule(L.LightningDataModule):
         for split in splits:
             longest = max((len(iv) for iv in self.split_intervals(split)), default=0)
             if longest == 0:
-                raise GenomeError(f"{self.config.fasta}: the {split} split is empty (split_mode="
-                                  f"{self.config.split_mode}); intervals per split: {sizes}")
+                raise GenomeError(f"{self.config.fasta.path}: the {split} split is empty (split_mode="
+                                  f"{self.config.fasta.split_mode}); intervals per split: {sizes}")
             if split == "train" and longest < self.config.seq_len:
-                raise GenomeError(f"{self.config.fasta}: no training interval holds a window of data.seq_len="
+                raise GenomeError(f"{self.config.fasta.path}: no training interval holds a window of data.seq_len="
                                   f"{self.config.seq_len} bases (longest: {longest})")
 
     # ------------------------------------------------------------------ datasets and loaders
     def train_dataset(self, start_step: int = 0) -> RandomGenomeWindows:
-        cfg = self.config
+        cfg, fa = self.config, self.config.fasta
         return RandomGenomeWindows(self.fasta, self.split_intervals("train"), cfg.seq_len, cfg.batch_size,
                                    self.tokenizer, self.seed, start_step=start_step,
-                                   max_n_fraction=cfg.max_n_fraction, rc_augment=cfg.rc_augment,
-                                   keep_soft_mask=cfg.keep_soft_mask)
+                                   max_n_fraction=fa.max_n_fraction, rc_augment=fa.rc_augment,
+                                   keep_soft_mask=fa.keep_soft_mask)
 
     def eval_dataset(self, split: str) -> TiledGenomeWindows:
         if split not in self._tiled:
-            cfg = self.config
+            cfg, fa = self.config, self.config.fasta
             data = TiledGenomeWindows(self.fasta, self.split_intervals(split), cfg.seq_len, self.tokenizer,
-                                      max_n_fraction=cfg.max_n_fraction, keep_soft_mask=cfg.keep_soft_mask)
+                                      max_n_fraction=fa.max_n_fraction, keep_soft_mask=fa.keep_soft_mask)
             if len(data) == 0:
-                raise GenomeError(f"{cfg.fasta}: every {split} window has more than {cfg.max_n_fraction:.0%} N")
+                raise GenomeError(f"{fa.path}: every {split} window has more than {fa.max_n_fraction:.0%} N")
             self._tiled[split] = data
         return self._tiled[split]
 

@@ -695,7 +695,8 @@ class RandomGenomeWindows(StepIndexedBatches):
             if enc.n_mask.sum() <= limit:
                 return chrom, start, raw, enc
         raise GenomeError(f"{self.fasta.path}: {self.max_draws} random windows in a row had more than "
-                          f"{self.max_n:.0%} N; the intervals are mostly N (raise data.max_n_fraction or fix them)")
+                          f"{self.max_n:.0%} N; the intervals are mostly N (raise data.fasta.max_n_fraction or fix "
+                          "them)")
 
     def batch_at(self, step: int) -> dict[str, torch.Tensor]:
         g = step_generator(self.seed, step)

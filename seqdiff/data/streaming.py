@@ -364,7 +364,7 @@ class PaddedPacker:
 
 
 PACKERS: dict[str, Callable[..., WrappedPacker | PaddedPacker]] = {"wrapped": WrappedPacker, "padded": PaddedPacker}
-"""Registry: data.block_mode -> streaming packer (stream mode keeps the tokens as they come)."""
+"""Registry: data.text.block_mode -> streaming packer (stream mode keeps the tokens as they come)."""
 
 
 # ---------------------------------------------------------------------------------------------- building
@@ -376,12 +376,12 @@ def build_streaming(source, tokenizer: Tokenizer, config: DataConfig, folder: Pa
 
     size = source.size_bytes()
     if workers is None:
-        workers = 1 if size < PARALLEL_MIN_BYTES else (config.tokenize_workers or min(8, os.cpu_count() or 1))
+        workers = 1 if size < PARALLEL_MIN_BYTES else (config.text.tokenize_workers or min(8, os.cpu_count() or 1))
     what = source.what()
     progress = tqdm(total=None if size == float("inf") else int(size), unit="char", unit_scale=True,
                     desc=f"tokenizing {what}", file=sys.stderr, disable=size < PARALLEL_MIN_BYTES // 4)
     try:
-        if config.block_mode == "stream":
+        if config.text.block_mode == "stream":
             return _build_stream(source, tokenizer, folder, chunk_chars, read_bytes, workers, progress)
         return _build_blocks(source, tokenizer, config, folder, chunk_chars, read_bytes, workers, progress)
     except TokenizerError as e:
@@ -419,7 +419,7 @@ def _build_stream(source, tokenizer, folder, chunk_chars, read_bytes, workers, p
 
 
 def _build_blocks(source, tokenizer, config, folder, chunk_chars, read_bytes, workers, progress) -> dict[str, Any]:
-    packer = PACKERS[config.block_mode](config.seq_len, tokenizer.bos_id, tokenizer.eos_id, tokenizer.pad_id)
+    packer = PACKERS[config.text.block_mode](config.seq_len, tokenizer.bos_id, tokenizer.eos_id, tokenizer.pad_id)
     dtype = np.uint16 if tokenizer.vocab_size <= np.iinfo(np.uint16).max + 1 else np.int32
     blocks = ShardWriter(folder, "blocks", dtype, (config.seq_len,))
     lengths = ShardWriter(folder, "lengths", np.int32)

@@ -1,6 +1,6 @@
 """Text data module: a corpus (builtin, named dataset, or a user's folder / files) turned into blocks.
 
-Three block modes (data.block_mode):
+Three block modes (data.text.block_mode):
 - stream (default): each split tokenized into one stream; training takes random windows
   (`RandomWindowBatches`), evaluation tiles the stream (`TiledBlocks`).
 - wrapped: documents joined with EOS and cut into BOS ... EOS rows (`pack_wrapped`, MDLM's wrap);
@@ -8,8 +8,8 @@ Three block modes (data.block_mode):
   of attention and of the loss). Both train on whole rows (`RandomBlockBatches`) and evaluate every row
   (`PackedBlocks`).
 
-Document boundaries: a .jsonl line or .parquet row; in .txt files a paragraph or a line (data.documents).
-Tokenized blocks of large sources (data.cache_min_bytes, or data.cache=true) are cached on disk under
+Document boundaries: a .jsonl line or .parquet row; in .txt files a paragraph or a line (data.text.documents).
+Tokenized blocks of large sources (data.text.cache_min_bytes, or data.text.cache=true) are cached on disk under
 the data directory (`seqdiff.data.cache`), tokenized as a stream in bounded memory, in parallel with a
 progress bar (`seqdiff.data.streaming`: the same arrays as the in-memory path, built chunk by chunk).
 """
@@ -79,10 +79,10 @@ class SplitSource:
         else:
             self.path = split_path(config, split)
         default = self.dataset.detokenizer if self.dataset is not None else None
-        name = config.detokenizer if config.detokenizer is not None else default
+        name = config.text.detokenizer if config.text.detokenizer is not None else default
         self.detokenizer_name = None if name == "none" else name
         self.detokenize = get_detokenizer(self.detokenizer_name)
-        self.documents_mode = config.documents
+        self.documents_mode = config.text.documents
 
     def identity(self) -> dict[str, Any]:
         source = file_identity(self.path) if self.path is not None else self.dataset.identity(self.split)
@@ -139,7 +139,7 @@ def tokenize_documents(documents: list[str], tokenizer: Tokenizer, workers: int 
 def build_split_arrays(source: SplitSource, tokenizer: Tokenizer, config: DataConfig
                        ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """The arrays of one split in the configured block mode (what the cache stores), and meta data."""
-    if config.block_mode == "stream":
+    if config.text.block_mode == "stream":
         if source.path is not None and source.detokenize is None:
             return {"tokens": tokenize_file(source.path, tokenizer)}, {}  # the file read and tokenized whole
         ids = tokenize_documents(["\n\n".join(source.documents())], tokenizer, 1, source.what())[0]
@@ -147,10 +147,10 @@ def build_split_arrays(source: SplitSource, tokenizer: Tokenizer, config: DataCo
             raise DataFileError(f"{source.what()}: no tokens after tokenization")
         return {"tokens": ids}, {}
     docs = source.documents()
-    ids = tokenize_documents(docs, tokenizer, config.tokenize_workers, source.what())
+    ids = tokenize_documents(docs, tokenizer, config.text.tokenize_workers, source.what())
     special = (tokenizer.bos_id, tokenizer.eos_id, tokenizer.pad_id)
     truncated = 0
-    if config.block_mode == "wrapped":
+    if config.text.block_mode == "wrapped":
         blocks, lengths = pack_wrapped(ids, config.seq_len, *special)
     else:
         blocks, lengths, truncated = pack_padded(ids, config.seq_len, *special)
@@ -163,11 +163,12 @@ def load_split_arrays(config: DataConfig, tokenizer: Tokenizer, split: str,
                       log: Callable[[str], None] | None = None) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """A split's arrays, from the on-disk cache when it is enabled for this source (built on a miss)."""
     source = SplitSource(config, split)
-    use_cache = config.cache if config.cache is not None else source.size_bytes() >= config.cache_min_bytes
+    text = config.text
+    use_cache = text.cache if text.cache is not None else source.size_bytes() >= text.cache_min_bytes
     if not use_cache:
         return build_split_arrays(source, tokenizer, config)
     fields = {**source.identity(), "tokenizer": cache.tokenizer_fingerprint(tokenizer),
-              "seq_len": config.seq_len if config.block_mode != "stream" else None, "mode": config.block_mode}
+              "seq_len": config.seq_len if text.block_mode != "stream" else None, "mode": text.block_mode}
     # built by the streaming path: bounded memory, the same arrays
     return cache.load_or_build_into(fields, lambda folder: build_streaming(source, tokenizer, config, folder),
                                     log=log)
@@ -197,21 +198,22 @@ class TextDataModule(L.LightningDataModule):
         return self.arrays[split]
 
     def split_tokens(self, split: str) -> np.ndarray:
-        if self.config.block_mode != "stream":
-            raise ValueError(f"data.block_mode={self.config.block_mode}: splits are block tables, not streams")
+        if self.config.text.block_mode != "stream":
+            raise ValueError(f"data.text.block_mode={self.config.text.block_mode}: splits are block tables, not "
+                             "streams")
         return self.split_arrays(split)["tokens"]
 
     def train_dataloader(self) -> DataLoader:
         trainer = self.trainer
         start = trainer.global_step if trainer is not None else 0  # resume mid-run exactly
         rank, world = (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
-        if self.config.block_mode == "stream":
+        if self.config.text.block_mode == "stream":
             data = RandomWindowBatches(self.split_tokens("train"), self.config.seq_len, self.config.batch_size,
                                        self.seed, start_step=start, rank=rank, world_size=world)
         else:
             arrays = self.split_arrays("train")
             blocks, lengths = arrays["blocks"], arrays["lengths"]
-            if self.config.block_mode == "wrapped" and len(blocks) > 1 and lengths[-1] < self.config.seq_len:
+            if self.config.text.block_mode == "wrapped" and len(blocks) > 1 and lengths[-1] < self.config.seq_len:
                 blocks, lengths = blocks[:-1], lengths[:-1]  # train on full rows only (as MDLM drops the rest)
             data = RandomBlockBatches(blocks, lengths, self.config.batch_size, self.seed, start_step=start,
                                       rank=rank, world_size=world)
@@ -219,7 +221,7 @@ class TextDataModule(L.LightningDataModule):
                           persistent_workers=self.config.num_workers > 0)
 
     def eval_dataloader(self, split: str) -> DataLoader:
-        if self.config.block_mode == "stream":
+        if self.config.text.block_mode == "stream":
             data = TiledBlocks(self.split_tokens(split), self.config.seq_len, self.tokenizer.pad_id)
         else:
             arrays = self.split_arrays(split)

@@ -92,7 +92,7 @@ def split_documents(lines: Iterable[str], documents: str = "paragraphs") -> Iter
     lines between blank lines (only spaces / tabs), joined by "\\n" (`"paragraphs"`). Lazy, so that the
     streaming tokenizer (seqdiff.data.streaming) and `read_documents` share one definition."""
     if documents not in ("paragraphs", "lines"):
-        raise DataFileError(f"data.documents={documents!r} is unknown; choose 'paragraphs' or 'lines'")
+        raise DataFileError(f"data.text.documents={documents!r} is unknown; choose 'paragraphs' or 'lines'")
     if documents == "lines":
         yield from (line for line in lines if line.strip())
         return

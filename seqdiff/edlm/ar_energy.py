@@ -23,7 +23,7 @@ def ar_token_log_probs(ar: LoadedModel, x0: Tensor) -> Tensor:
 
 
 def check_ar_model(ar: LoadedModel, vocab_size: int) -> None:
-    if ar.method.name != "ar":
+    if not ar.method.causal:
         raise EnergyError(f"{ar.path} is a {ar.method.name!r} model; the AR energies need an autoregressive one")
     if ar.tokenizer.vocab_size != vocab_size:
         raise EnergyError(f"the AR model {ar.path} has vocabulary size {ar.tokenizer.vocab_size}, the MDLM "

@@ -48,6 +48,10 @@ class EDLMBound(Method):
 
     name = "edlm"
     causal = False
+    exact_likelihood = False
+    """An upper bound on the NLL (the MDLM NELBO with the energy's importance weights)."""
+    default_sampler = "edlm"
+    """Importance sampling with the energy (seqdiff.samplers.edlm_importance)."""
 
     def __init__(self, mdlm: MDLM, energy: Energy, num_partition_samples: int = 8,
                  form: Literal["marginal", "sequence"] = "marginal"):

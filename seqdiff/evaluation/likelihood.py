@@ -59,9 +59,9 @@ def nll_report(nll_sum: float, num_tokens: float, model: LoadedModel, num_t_samp
     nats = nll_sum / num_tokens
     report: dict[str, Any] = {
         "method": model.method.name,
-        "bound": model.method.name != "ar",
+        "bound": not model.method.exact_likelihood,
         "num_tokens": int(num_tokens),
-        "num_t_samples": num_t_samples if model.method.name != "ar" else None,
+        "num_t_samples": None if model.method.exact_likelihood else num_t_samples,
         "nll_nats_per_token": nats,
         "bits_per_token": nats / math.log(2),
         "perplexity": math.exp(nats),

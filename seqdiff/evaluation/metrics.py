@@ -169,7 +169,7 @@ class SeqdiffAROracle(Oracle):
     length (each chunk restarts from BOS, as in training)."""
 
     def __init__(self, model):
-        if model.method.name != "ar":
+        if not model.method.causal:
             raise SeqdiffError(f"the oracle {model.path} is a {model.method.name!r} model; it must be autoregressive")
         self.model = model
 

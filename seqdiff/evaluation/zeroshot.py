@@ -17,6 +17,7 @@ length, so that a zero-shot number is measured the way the model was validated. 
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -25,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from seqdiff.checkpoint import LoadedModel
-from seqdiff.config import ConfigError, DataConfig
+from seqdiff.config import ConfigError, DataConfig, TextDataConfig
 from seqdiff.data.text_files import DataFileError
 
 FASTA_SUFFIXES = (".fa", ".fasta", ".fna", ".fa.gz", ".fasta.gz", ".fna.gz")
@@ -101,13 +102,12 @@ def source_config(model: LoadedModel, source: EvalSource, batch_size: int,
     """The data config that reads `source` like the checkpoint's own evaluation data (block mode, length,
     document boundaries), with the source's detokenizer rather than the training corpus'."""
     base = model.data_config if model.data_config is not None and model.data_config.kind == "text" else None
-    keep = {"block_mode": base.block_mode, "documents": base.documents, "cache": base.cache,
-            "cache_min_bytes": base.cache_min_bytes, "tokenize_workers": base.tokenize_workers} if base else {}
+    text = dataclasses.replace(base.text if base else TextDataConfig(), detokenizer=detokenizer)
     files = {f"{s}_file": None for s in ("train", "valid", "test")}
     if source.file is not None:
         files[f"{source.split}_file"] = str(source.file)
     return DataConfig(kind="text", corpus=source.corpus or "shakespeare", **files, seq_len=model.seq_len,
-                      eval_batch_size=batch_size, detokenizer=detokenizer, **keep)
+                      eval_batch_size=batch_size, text=text)
 
 
 def evaluate_source(model: LoadedModel, source: EvalSource, batch_size: int = 32, num_t_samples: int = 1,

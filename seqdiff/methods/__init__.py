@@ -19,6 +19,8 @@ from seqdiff.tokenizers.base import Tokenizer
 
 METHODS: dict[str, type[Method]] = {cls.name: cls for cls in (MDLM, AR, SEDD, D3PM)}
 METHODS[BD3LM.name] = BD3LM
+DEFAULT_SAMPLERS: dict[str, str] = {name: cls.default_sampler for name, cls in METHODS.items()}
+"""Method name -> the sampler it uses when sample.sampler is null (for help text; code reads the attribute)."""
 
 
 def build_method(config: MethodConfig, tokenizer: Tokenizer) -> Method:
@@ -48,5 +50,5 @@ def build_model(model: ModelConfig, method_config: MethodConfig, tokenizer: Toke
     return method, backbone, model
 
 
-__all__ = ["AR", "D3PM", "MDLM", "METHODS", "SEDD", "Batch", "Method", "MethodOutput", "build_method", "build_model",
-           "resolve_model_config", "BD3LM"]
+__all__ = ["AR", "D3PM", "DEFAULT_SAMPLERS", "MDLM", "METHODS", "SEDD", "Batch", "Method", "MethodOutput",
+           "build_method", "build_model", "resolve_model_config", "BD3LM"]

@@ -16,6 +16,10 @@ from seqdiff.methods.base import Batch, Method, MethodOutput
 class AR(Method):
     name = "ar"
     causal = True
+    exact_likelihood = True
+    """The exact NLL: one causal pass, no random times."""
+    default_sampler = "ar"
+    """KV-cached left-to-right generation."""
 
     def shift_right(self, x: Tensor) -> Tensor:
         """(B, L) -> (B, L): BOS followed by all but the last token."""

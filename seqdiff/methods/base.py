@@ -53,7 +53,11 @@ class Method(ABC):
 
     name: ClassVar[str]
     causal: ClassVar[bool]
-    """Whether the backbone must use causal attention."""
+    """Whether the backbone must use causal attention (left-to-right factorization: only AR)."""
+    exact_likelihood: ClassVar[bool]
+    """Whether `nll` is the exact NLL (AR) rather than an upper bound (NELBO) estimated with random times."""
+    default_sampler: ClassVar[str]
+    """The sampler (seqdiff.samplers.SAMPLERS) `build_sampler` picks when sample.sampler is null."""
     default_time_conditioning: ClassVar[bool] = False
     """model.time_conditioning when the recipe leaves it null."""
 

@@ -42,6 +42,10 @@ DEFAULT_NUM_TIMESTEPS = 1000
 class D3PM(MDLM):
     name = "d3pm"
     causal = False
+    exact_likelihood = False
+    """The discrete-time variational bound (an upper bound on the NLL)."""
+    default_sampler = "d3pm"
+    """Ancestral sampling with the discrete-time posterior."""
 
     def __init__(self, config: MethodConfig, tokenizer: Tokenizer):
         config = dataclasses.replace(

@@ -51,6 +51,10 @@ class MDLM(Method):
     causal = False
     whole_batch_noise = True
     """loss(rows=...) draws the noise of the whole batch and scores the rows asked for (see the module docstring)."""
+    exact_likelihood = False
+    """A NELBO (an upper bound on the NLL) over random masking times."""
+    default_sampler = "cached"
+    """Ancestral sampling that skips the denoiser when nothing was unmasked."""
 
     def __init__(self, config: MethodConfig, tokenizer: Tokenizer):
         super().__init__(config, tokenizer)

@@ -42,6 +42,10 @@ from seqdiff.tokenizers.base import Tokenizer
 class SEDD(Method):
     name = "sedd"
     causal = False
+    exact_likelihood = False
+    """A diffusion-weighted denoising score entropy bound (an upper bound on the NLL)."""
+    default_sampler = "analytic"
+    """The analytic (Tweedie) reverse step."""
     default_time_conditioning = True
 
     def __init__(self, config: MethodConfig, tokenizer: Tokenizer):

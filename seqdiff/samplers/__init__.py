@@ -27,20 +27,18 @@ SAMPLERS[ConfidenceSampler.name] = ConfidenceSampler
 SAMPLERS[ThresholdSampler.name] = ThresholdSampler
 SAMPLERS.update({cls.name: cls for cls in (BD3LMSampler, BD3LMUncachedSampler)})
 
-DEFAULT_SAMPLER = {"mdlm": "cached", "ar": "ar", "sedd": "analytic", "d3pm": "d3pm"}
 
 
-def sampler_name(name: str | None, method) -> str | None:
-    """`name`, or the method's default when None (class attribute default_sampler, else DEFAULT_SAMPLER)."""
-    if name is None:
-        name = getattr(method, "default_sampler", None) or DEFAULT_SAMPLER.get(method.name)
-    return name
+def sampler_name(name: str | None, method) -> str:
+    """`name`, or the method's default when None (its class attribute `default_sampler`)."""
+    return method.default_sampler if name is None else name
 
 
 def build_sampler(name: str | None, method, backbone, steps: int, temperature: float = 1.0,
                   top_p: float = 1.0, **options) -> Sampler:
-    """Sampler by name; None picks the method's default (DEFAULT_SAMPLER: cached for MDLM, KV-cached for AR,
-    analytic for SEDD, ancestral for D3PM). top_p < 1 (nucleus) is for the MDLM and AR samplers.
+    """Sampler by name; None picks the method's default (`Method.default_sampler`: cached for MDLM, KV-cached
+    for AR, analytic for SEDD, ancestral for D3PM, bd3lm for BD3LM). top_p < 1 (nucleus) is for the MDLM and AR
+    samplers.
     `options` go to samplers that take more (edlm: energy, k, window)."""
     name = sampler_name(name, method)
     if name not in SAMPLERS:
@@ -49,7 +47,6 @@ def build_sampler(name: str | None, method, backbone, steps: int, temperature: f
 
 
 __all__ = [
-    "DEFAULT_SAMPLER",
     "SAMPLERS",
     "ARSampler",
     "BD3LMSampler",

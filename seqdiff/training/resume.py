@@ -24,6 +24,7 @@ from seqdiff.config import (
     TrainConfig,
     from_dict,
     to_dict,
+    upgrade_data_section,
 )
 from seqdiff.training.guards import RunError
 
@@ -35,8 +36,9 @@ RESUMABLE_KEYS: tuple[str, ...] = (
     "train.accelerator", "train.devices", "train.num_nodes", "train.strategy", "train.precision",
     "train.deterministic", "train.compile", "train.micro_batch_size",
     # where the same data now lives, and how it is read
-    "data.corpus", "data.train_file", "data.valid_file", "data.test_file", "data.fasta", "data.bed",
-    "data.num_workers", "data.eval_batch_size", "data.cache", "data.cache_min_bytes", "data.tokenize_workers",
+    "data.corpus", "data.train_file", "data.valid_file", "data.test_file", "data.fasta.path", "data.fasta.bed",
+    "data.num_workers", "data.eval_batch_size", "data.text.cache", "data.text.cache_min_bytes",
+    "data.text.tokenize_workers",
     # weights come from the checkpoint on resume, not from model.init_from
     "model.init_from",
 )
@@ -44,19 +46,32 @@ RESUMABLE_KEYS: tuple[str, ...] = (
 is further limited to strategies with the same optimizer-state layout, train.frozen_parameters is refused
 with its own message."""
 
-DATA_LOCATION_KEYS = ("data.corpus", "data.train_file", "data.valid_file", "data.test_file", "data.fasta", "data.bed")
+DATA_LOCATION_KEYS = ("data.corpus", "data.train_file", "data.valid_file", "data.test_file", "data.fasta.path",
+                      "data.fasta.bed")
 """Resumable keys that name the data: a change is allowed (a moved copy) but announced."""
 
 SECTIONS = {"model": ModelConfig, "method": MethodConfig, "train": TrainConfig, "data": DataConfig}
 
 
 def _flat(section: str, values: dict[str, Any]) -> dict[str, Any]:
-    return {f"{section}.{k}": v for k, v in values.items()}
+    """Dotted keys of a section, parts included (data.text.cache), so each key is compared on its own."""
+    out: dict[str, Any] = {}
+    for k, v in values.items():
+        if isinstance(v, dict) and section == "data" and k in ("text", "fasta"):
+            out.update(_flat(f"{section}.{k}", v))
+        else:
+            out[f"{section}.{k}"] = v
+    return out
 
 
 def _normalized(section: str, values: dict[str, Any] | None) -> dict[str, Any]:
     """A section of a saved recipe as the current dataclass reads it (defaults for keys it lacks)."""
     cls = SECTIONS[section]
+    if section == "data" and isinstance(values, dict):
+        try:
+            values = upgrade_data_section(values)  # checkpoints of the release with flat data.* keys
+        except ConfigError:
+            return dict(values)
     known = {f.name for f in cls.__dataclass_fields__.values()}
     values = {k: v for k, v in (values or {}).items() if k in known}  # keys a later seqdiff dropped
     try:
