@@ -36,6 +36,7 @@ import torch
 
 from seqdiff.backbones import build_backbone
 from seqdiff.config import MODEL_PRESETS, ModelConfig, load_run_config
+from seqdiff.methods import METHODS
 from seqdiff.tokenizers import build_tokenizer
 
 DEFAULT_OUT = Path("reports") / "bench" / "gpu"
@@ -129,7 +130,7 @@ def run_one(method: str, args: argparse.Namespace, cuda: bool, peak: float | Non
     step_s = statistics.median(timed)
     tokens_per_s = args.batch_size * args.seq_len / step_s
     vocab = build_tokenizer("char").vocab_size
-    fpt = model_flops_per_token(args.preset, args.seq_len, vocab, causal=method == "ar")
+    fpt = model_flops_per_token(args.preset, args.seq_len, vocab, causal=METHODS[method].causal)
     loss = result.trainer.callback_metrics.get("train/loss")
     return {
         "recipe": recipe,

