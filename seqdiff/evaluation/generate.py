@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 import time
 from dataclasses import dataclass
@@ -22,6 +21,8 @@ import torch
 
 from seqdiff.checkpoint import LoadedModel
 from seqdiff.config import SampleConfig
+from seqdiff.evaluation.figures import save_figure
+from seqdiff.safe_io import atomic_write_text
 from seqdiff.samplers import SamplerError, build_sampler
 from seqdiff.samplers.mdlm_semi_ar import generate_semi_ar
 from seqdiff.tokenizers.base import Tokenizer, TokenizerError
@@ -202,23 +203,10 @@ def format_samples(gen: Generation, fasta: bool) -> str:
 
 
 def write_atomically(path: str | Path, text: str) -> Path:
-    """Write then rename, so an interrupted run never leaves a partial file under the final name."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-    return path
+    """Write then rename (`seqdiff.safe_io.atomic_write_text`): an interrupted run never leaves a partial file."""
+    return atomic_write_text(path, text)
 
 
 def save_figure_atomically(fig, path: str | Path, dpi: int = 110) -> Path:
-    """Save a matplotlib figure (PNG) by write-then-rename and close it: reports never hold half a plot."""
-    import matplotlib.pyplot as plt
-
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp.png")
-    fig.savefig(tmp, dpi=dpi)
-    plt.close(fig)
-    os.replace(tmp, path)
-    return path
+    """Save a matplotlib figure by write-then-rename and close it (`seqdiff.evaluation.figures.save_figure`)."""
+    return save_figure(fig, path, dpi=dpi)

@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from seqdiff.evaluation.figures import save_figure
 from seqdiff.evaluation.generate import write_atomically
 from seqdiff.probes.metrics import DEFAULT_METRIC, get_metric
 from seqdiff.probes.published import PUBLISHED, PublishedRow  # noqa: F401  (PublishedRow: re-exported)
@@ -118,11 +119,7 @@ def plot_rows(path: Path, rows: list[dict[str, Any]], title: str) -> None:
     ax.set_xlabel(f"{label} (mean; whiskers: min, max over seeds)")
     ax.set_title(title)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp.png")
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    tmp.replace(path)
+    save_figure(fig, path, dpi=110)
 
 
 def protocol_text(metric: str) -> str:

@@ -1,0 +1,51 @@
+"""The one matplotlib set-up of seqdiff and its reports: the Agg backend, one style, atomic PNG saves.
+
+Design choices:
+- `pyplot()` selects the non-interactive Agg backend before pyplot is first imported (reports are written
+  on machines without a display; a figure is never shown) and returns the module, so callers write
+  `plt = pyplot()` where they wrote `import matplotlib.pyplot as plt`.
+- One style: matplotlib's defaults, with figure sizes, colours and dpi given by each figure as before
+  (the figures' content is unchanged); `STYLE` is the one place to change the look of every report.
+- `save_figure` writes through `seqdiff.safe_io.atomic_save_figure` (write-then-rename, never over a device)
+  and closes the figure, so a report never holds half a plot and a long sweep does not leak figures.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from seqdiff.safe_io import atomic_save_figure
+
+BACKEND = "Agg"
+"""The matplotlib backend of every figure: files only, no display needed."""
+
+DPI = 110
+"""The resolution every report figure is saved at unless it says otherwise."""
+
+STYLE: dict[str, Any] = {}
+"""rcParams applied to every figure (empty: matplotlib's defaults, which today's figures were drawn with)."""
+
+
+def pyplot():
+    """matplotlib.pyplot with the Agg backend and the project style set (idempotent)."""
+    import matplotlib
+
+    if matplotlib.get_backend().lower() != BACKEND.lower():
+        matplotlib.use(BACKEND, force=True)
+    matplotlib.rcParams.update(STYLE)
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def save_figure(fig, path: str | Path, dpi: int = DPI, **savefig: Any) -> Path:
+    """Save `fig` by write-then-rename (format from the suffix) and close it."""
+    plt = pyplot()
+    try:
+        return atomic_save_figure(fig, path, dpi=dpi, **savefig)
+    finally:
+        plt.close(fig)
+
+
+__all__ = ["BACKEND", "DPI", "STYLE", "pyplot", "save_figure"]
