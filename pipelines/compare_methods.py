@@ -46,6 +46,7 @@ from seqdiff.data.text_files import read_text_file
 from seqdiff.errors import SeqdiffError
 from seqdiff.evaluation.generate import generate, save_figure_atomically, write_atomically
 from seqdiff.evaluation.likelihood import evaluate_tokens
+from seqdiff.training.csv_log import metric_curve, read_metrics
 
 # A method variant: a label and the `method.*` overrides that select it (everything else is shared).
 METHOD_VARIANTS: dict[str, dict[str, Any]] = {
@@ -210,13 +211,7 @@ def measure_speed(run_dirs: dict[str, Path], sample: SampleConfig, rounds: int) 
 
 
 def _read_curve(run_dir: Path) -> tuple[list[int], list[float]]:
-    import pandas as pd
-
-    df = pd.read_csv(run_dir / "logs" / "metrics.csv")
-    if "val/bits_per_token" not in df:
-        return [], []
-    va = df[df["val/bits_per_token"].notna()]
-    return [int(s) for s in va["step"]], [float(v) for v in va["val/bits_per_token"]]
+    return metric_curve(read_metrics(run_dir), "val/bits_per_token")
 
 
 def plot_curves(run_dirs: dict[str, Path], out: Path, title: str) -> None:

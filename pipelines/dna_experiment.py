@@ -45,6 +45,7 @@ from seqdiff.evaluation.generate import format_samples, generate, write_atomical
 from seqdiff.evaluation.likelihood import evaluate_batches
 from seqdiff.evaluation.markov import MarkovChain
 from seqdiff.evaluation.metrics import dna_metrics, gc_content
+from seqdiff.training.csv_log import metric_curve, read_metrics
 from seqdiff.training.run import LAST_CHECKPOINT, train
 
 METHODS = ("mdlm", "ar")
@@ -119,15 +120,11 @@ def test_bits(model, dm: FastaDataModule, index: list[int], num_t_samples: int, 
 
 
 def val_curve(run_dir: Path) -> dict[str, list[float]]:
-    import pandas as pd
-
-    df = pd.read_csv(run_dir / "logs" / "metrics.csv")
+    rows = read_metrics(run_dir)
     out = {}
     for key, col in (("val", "val/bits_per_token"), ("train", "train/bits_per_token")):
-        if col in df:
-            part = df[df[col].notna()]
-            out[f"{key}_step"] = [int(s) for s in part["step"]]
-            out[f"{key}_bits_per_base"] = [float(v) for v in part[col]]
+        if rows and col in rows[0]:
+            out[f"{key}_step"], out[f"{key}_bits_per_base"] = metric_curve(rows, col)
     return out
 
 
