@@ -61,7 +61,8 @@ from seqdiff.config import ConfigError, RunConfig, load_run_config
 from seqdiff.data.datasets import get_dataset
 from seqdiff.data.fetch import source_path
 from seqdiff.data.text import tokenize_file
-from seqdiff.evaluation.generate import generate, save_figure_atomically, write_atomically
+from seqdiff.evaluation.figures import pyplot, save_figure
+from seqdiff.evaluation.generate import generate, write_atomically
 from seqdiff.evaluation.likelihood import evaluate_tokens
 from seqdiff.evaluation.metrics import diversity_metrics
 from seqdiff.evaluation.probe import logistic_probe, mean_pooled_features
@@ -304,10 +305,7 @@ def grid_edge_counts(chosen: list[float], grid: tuple[float, ...]) -> tuple[int,
 # ---------------------------------------------------------------------------------------------- report
 def _loss_curves(run_dir: Path, out: Path, before_val: float | None, freeze_steps: int = 0,
                  baseline_dir: Path | None = None) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     rows = read_metrics(run_dir)
     fig, ax = plt.subplots(figsize=(7, 4))
     if rows and "train/loss" in rows[0]:
@@ -328,7 +326,7 @@ def _loss_curves(run_dir: Path, out: Path, before_val: float | None, freeze_step
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    save_figure_atomically(fig, out)
+    save_figure(fig, out)
 
 
 def _lpft(train_cfg: dict) -> tuple[int, float]:

@@ -44,7 +44,8 @@ from seqdiff.config import RunConfig, SampleConfig, from_dict, load_run_config, 
 from seqdiff.data.text import split_path, tokenize_file
 from seqdiff.data.text_files import read_text_file
 from seqdiff.errors import SeqdiffError
-from seqdiff.evaluation.generate import generate, save_figure_atomically, write_atomically
+from seqdiff.evaluation.figures import pyplot, save_figure
+from seqdiff.evaluation.generate import generate, write_atomically
 from seqdiff.evaluation.likelihood import evaluate_tokens
 from seqdiff.training.csv_log import metric_curve, read_metrics
 
@@ -215,10 +216,7 @@ def _read_curve(run_dir: Path) -> tuple[list[int], list[float]]:
 
 
 def plot_curves(run_dirs: dict[str, Path], out: Path, title: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for method, run_dir in run_dirs.items():
@@ -228,7 +226,7 @@ def plot_curves(run_dirs: dict[str, Path], out: Path, title: str) -> None:
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    save_figure_atomically(fig, out)
+    save_figure(fig, out)
 
 
 def run(opts: Options, command: str) -> dict[str, Any] | None:

@@ -41,6 +41,7 @@ from seqdiff.config import SampleConfig, load_run_config
 from seqdiff.data import build_data_module
 from seqdiff.data.fasta import FastaDataModule
 from seqdiff.data.genome import encode_bases
+from seqdiff.evaluation.figures import pyplot, save_figure
 from seqdiff.evaluation.generate import format_samples, generate, write_atomically
 from seqdiff.evaluation.likelihood import evaluate_batches
 from seqdiff.evaluation.markov import MarkovChain
@@ -195,10 +196,7 @@ def loader_throughput(dm: FastaDataModule, workers=(0, 2), batches: int = 200, r
 
 # ---------------------------------------------------------------------------------------------- report
 def _plots(results: dict, out: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     for method, r in results["models"].items():
@@ -220,8 +218,7 @@ def _plots(results: dict, out: Path) -> None:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(out / "val_curves.png", dpi=110)
-    plt.close(fig)
+    save_figure(fig, out / "val_curves.png")
 
     fig, ax = plt.subplots(figsize=(6, 4))
     ks = list(range(1, 7))
@@ -232,8 +229,7 @@ def _plots(results: dict, out: Path) -> None:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(out / "realism.png", dpi=110)
-    plt.close(fig)
+    save_figure(fig, out / "realism.png")
 
 
 def _readme(results: dict) -> str:

@@ -24,7 +24,8 @@ from seqdiff.checkpoint import load_checkpoint, read_checkpoint
 from seqdiff.config import ConfigError, DataConfig, MethodConfig, ModelConfig, RunConfig, SampleConfig, TrainConfig
 from seqdiff.data.text import split_path, tokenize_file
 from seqdiff.data.text_files import load_manifest, read_text_file
-from seqdiff.evaluation.generate import generate, save_figure_atomically, write_atomically
+from seqdiff.evaluation.figures import pyplot, save_figure
+from seqdiff.evaluation.generate import generate, write_atomically
 from seqdiff.evaluation.likelihood import evaluate_tokens
 from seqdiff.evaluation.metrics import known_word_share
 from seqdiff.evaluation.ngram import WittenBellNGram
@@ -81,10 +82,7 @@ def _train_or_reuse(config: RunConfig, run_dir: Path) -> str:
 
 
 def _loss_curves(run_dirs: dict[str, Path], out: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     for method, run_dir in run_dirs.items():
         rows = read_metrics(run_dir)
@@ -99,7 +97,7 @@ def _loss_curves(run_dirs: dict[str, Path], out: Path) -> None:
         ax.grid(alpha=0.3)
         ax.legend()
     fig.tight_layout()
-    save_figure_atomically(fig, out)
+    save_figure(fig, out)
 
 
 def run_quickstart(out_dir: str | Path = "reports/quickstart", run_root: str | Path = "runs/quickstart",

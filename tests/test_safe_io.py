@@ -68,11 +68,13 @@ def test_a_checkpoint_and_a_figure_to_a_named_pipe_are_written_through(tmp_path)
     assert got2[0][:8] == b"\x89PNG\r\n\x1a\n" and stat.S_ISFIFO(os.stat(fifo2).st_mode)
 
 
-@pytest.mark.skipif(not os.path.exists("/dev/null"), reason="no /dev/null")
-def test_the_device_check_sees_a_character_device():
+def test_only_devices_and_pipes_are_special(tmp_path):
     from seqdiff.safe_io import is_special
 
-    assert stat.S_ISCHR(os.stat("/dev/null").st_mode) and is_special("/dev/null")  # read only: nothing written
+    os.mkfifo(tmp_path / "pipe")
+    (tmp_path / "file").write_text("x")
+    assert is_special(tmp_path / "pipe")
+    assert not is_special(tmp_path / "file") and not is_special(tmp_path) and not is_special(tmp_path / "absent")
 
 
 def test_a_regular_file_is_replaced_whole_and_a_failure_keeps_the_old_one(tmp_path):

@@ -31,8 +31,7 @@ def pyplot():
     """matplotlib.pyplot with the Agg backend and the project style set (idempotent)."""
     import matplotlib
 
-    if matplotlib.get_backend().lower() != BACKEND.lower():
-        matplotlib.use(BACKEND, force=True)
+    matplotlib.use(BACKEND)  # cheap when already selected; switches an interactive default off
     matplotlib.rcParams.update(STYLE)
     import matplotlib.pyplot as plt
 

@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from seqdiff.evaluation.figures import save_figure
+from seqdiff.evaluation.figures import pyplot, save_figure
 from seqdiff.evaluation.generate import write_atomically
 from seqdiff.probes.metrics import DEFAULT_METRIC, get_metric
 from seqdiff.probes.published import PUBLISHED, PublishedRow  # noqa: F401  (PublishedRow: re-exported)
@@ -100,10 +100,7 @@ def goal_lines(rows: list[dict[str, Any]], finetune_target: float = 0.96) -> lis
 
 def plot_rows(path: Path, rows: list[dict[str, Any]], title: str) -> None:
     """Horizontal bars: mean headline test metric per row, whiskers from the min to the max over seeds."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     labels = [f"{r['model'][:48]} / {r['probe']}" for r in rows]
     means = [100 * headline(r) for r in rows]
