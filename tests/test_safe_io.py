@@ -37,6 +37,8 @@ def _fifo_with_reader(tmp_path):
 @pytest.mark.parametrize("write", [
     lambda p: atomic_write_text(p, "hello\n"),
     lambda p: atomic_write_bytes(p, b"hello\n"),
+    lambda p: __import__("seqdiff.atomic").atomic.write_atomically(p, "hello\n"),  # the old names, both homes
+    lambda p: __import__("seqdiff.evaluation.generate").evaluation.generate.write_atomically(p, "hello\n"),
 ])
 def test_a_named_pipe_is_written_through_and_stays_a_pipe(tmp_path, write):
     fifo, got, reader = _fifo_with_reader(tmp_path)

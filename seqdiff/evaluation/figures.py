@@ -6,8 +6,9 @@ Design choices:
   `plt = pyplot()` where they wrote `import matplotlib.pyplot as plt`.
 - One style: matplotlib's defaults, with figure sizes, colours and dpi given by each figure as before
   (the figures' content is unchanged); `STYLE` is the one place to change the look of every report.
-- `save_figure` writes through `seqdiff.safe_io.atomic_save_figure` (write-then-rename, never over a device)
-  and closes the figure, so a report never holds half a plot and a long sweep does not leak figures.
+- `save_figure` writes through `seqdiff.safe_io.atomic_save_figure` (write-then-rename, never over a device;
+  via `seqdiff.atomic.save_figure_atomically`) and closes the figure, so a report never holds half a plot
+  and a long sweep does not leak figures.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from seqdiff.safe_io import atomic_save_figure
+from seqdiff.atomic import save_figure_atomically
 
 BACKEND = "Agg"
 """The matplotlib backend of every figure: files only, no display needed."""
@@ -38,13 +39,10 @@ def pyplot():
     return plt
 
 
-def save_figure(fig, path: str | Path, dpi: int = DPI, **savefig: Any) -> Path:
+def save_figure(fig, path: str | Path, dpi: int = DPI) -> Path:
     """Save `fig` by write-then-rename (format from the suffix) and close it."""
-    plt = pyplot()
-    try:
-        return atomic_save_figure(fig, path, dpi=dpi, **savefig)
-    finally:
-        plt.close(fig)
+    pyplot()
+    return save_figure_atomically(fig, path, dpi=dpi)
 
 
 __all__ = ["BACKEND", "DPI", "STYLE", "pyplot", "save_figure"]

@@ -15,14 +15,12 @@ from __future__ import annotations
 import re
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
+from seqdiff.atomic import save_figure_atomically, write_atomically  # noqa: F401  (re-exported from their old home)
 from seqdiff.checkpoint import LoadedModel
 from seqdiff.config import SampleConfig
-from seqdiff.evaluation.figures import save_figure
-from seqdiff.safe_io import atomic_write_text
 from seqdiff.samplers import SamplerError, build_sampler
 from seqdiff.samplers.mdlm_semi_ar import generate_semi_ar
 from seqdiff.tokenizers.base import Tokenizer, TokenizerError
@@ -200,13 +198,3 @@ def format_samples(gen: Generation, fasta: bool) -> str:
         else:
             parts.append(f"=== sample {i} ===\n{text}")
     return "\n".join(parts) + "\n"
-
-
-def write_atomically(path: str | Path, text: str) -> Path:
-    """Write then rename (`seqdiff.safe_io.atomic_write_text`): an interrupted run never leaves a partial file."""
-    return atomic_write_text(path, text)
-
-
-def save_figure_atomically(fig, path: str | Path, dpi: int = 110) -> Path:
-    """Save a matplotlib figure by write-then-rename and close it (`seqdiff.evaluation.figures.save_figure`)."""
-    return save_figure(fig, path, dpi=dpi)
