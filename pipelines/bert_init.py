@@ -61,12 +61,14 @@ from seqdiff.config import ConfigError, RunConfig, load_run_config
 from seqdiff.data.datasets import get_dataset
 from seqdiff.data.fetch import source_path
 from seqdiff.data.text import tokenize_file
-from seqdiff.evaluation.generate import generate, save_figure_atomically, write_atomically
+from seqdiff.evaluation.generate import generate, write_atomically
 from seqdiff.evaluation.likelihood import evaluate_tokens
 from seqdiff.evaluation.metrics import diversity_metrics
 from seqdiff.evaluation.probe import logistic_probe, mean_pooled_features
+from seqdiff.figures import pyplot, save_figure
 from seqdiff.methods import build_model
 from seqdiff.tokenizers import Tokenizer
+from seqdiff.training.csv_log import metric_curve, read_metrics
 from seqdiff.training.module import freeze_parameters
 from seqdiff.training.run import LAST_CHECKPOINT, resolve_init_from, train
 
@@ -169,14 +171,8 @@ def initial_model(config: RunConfig) -> LoadedModel:
 
 def val_curve(run_dir: Path) -> list[dict]:
     """The validation bound (EMA weights, Northanger Abbey) logged during training: [{after_steps, nll}]."""
-    import pandas as pd
-
-    df = pd.read_csv(run_dir / "logs" / "metrics.csv")
-    if "val/nll" not in df:
-        return []
-    va = df[df["val/nll"].notna()]
     # metrics.csv logs a validation at the step index of the batch it follows: after step + 1 optimizer steps
-    return [{"after_steps": int(s) + 1, "nll": float(v)} for s, v in zip(va["step"], va["val/nll"])]
+    return [{"after_steps": s + 1, "nll": v} for s, v in zip(*metric_curve(read_metrics(run_dir), "val/nll"))]
 
 
 def _train_or_reuse(config: RunConfig, run_dir: Path) -> bool:
@@ -309,28 +305,19 @@ def grid_edge_counts(chosen: list[float], grid: tuple[float, ...]) -> tuple[int,
 # ---------------------------------------------------------------------------------------------- report
 def _loss_curves(run_dir: Path, out: Path, before_val: float | None, freeze_steps: int = 0,
                  baseline_dir: Path | None = None) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import pandas as pd
-
-    df = pd.read_csv(run_dir / "logs" / "metrics.csv")
+    plt = pyplot()
+    rows = read_metrics(run_dir)
     fig, ax = plt.subplots(figsize=(7, 4))
-    if "train/loss" in df:
-        tr = df[df["train/loss"].notna()]
-        ax.plot(tr["step"], tr["train/loss"], alpha=0.7, label="train (one draw per step)")
-    if "val/nll" in df:
-        va = df[df["val/nll"].notna()]
-        ax.plot(va["step"], va["val/nll"], marker="o", label="valid, Northanger Abbey (EMA weights)")
+    if rows and "train/loss" in rows[0]:
+        ax.plot(*metric_curve(rows, "train/loss"), alpha=0.7, label="train (one draw per step)")
+    if rows and "val/nll" in rows[0]:
+        ax.plot(*metric_curve(rows, "val/nll"), marker="o", label="valid, Northanger Abbey (EMA weights)")
     if baseline_dir is not None:
-        base = pd.read_csv(baseline_dir / "logs" / "metrics.csv")
-        if "train/loss" in base:
-            tr = base[base["train/loss"].notna()]
-            ax.plot(tr["step"], tr["train/loss"], color="gray", alpha=0.35, lw=0.8, label="baseline run: train")
-        if "val/nll" in base:
-            va = base[base["val/nll"].notna()]
-            ax.plot(va["step"], va["val/nll"], color="black", ls=":", marker="s", label="baseline run: valid")
+        base = read_metrics(baseline_dir)
+        if base and "train/loss" in base[0]:
+            ax.plot(*metric_curve(base, "train/loss"), color="gray", alpha=0.35, lw=0.8, label="baseline run: train")
+        if base and "val/nll" in base[0]:
+            ax.plot(*metric_curve(base, "val/nll"), color="black", ls=":", marker="s", label="baseline run: valid")
     if freeze_steps:
         ax.axvline(freeze_steps - 0.5, color="tab:red", ls=":", label=f"encoder released (step {freeze_steps})")
     if before_val is not None:
@@ -339,7 +326,7 @@ def _loss_curves(run_dir: Path, out: Path, before_val: float | None, freeze_step
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    save_figure_atomically(fig, out)
+    save_figure(fig, out)
 
 
 def _lpft(train_cfg: dict) -> tuple[int, float]:

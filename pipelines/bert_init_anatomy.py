@@ -37,9 +37,10 @@ from seqdiff.checkpoint import CheckpointError, LoadedModel, load_checkpoint
 from seqdiff.config import ConfigError
 from seqdiff.data.datasets import get_dataset
 from seqdiff.data.text import tokenize_file
-from seqdiff.evaluation.generate import save_figure_atomically, write_atomically
+from seqdiff.evaluation.generate import write_atomically
 from seqdiff.evaluation.likelihood import evaluate_tokens
 from seqdiff.evaluation.probe import logistic_probe, mean_pooled_features
+from seqdiff.figures import pyplot, save_figure
 from seqdiff.training.run import LAST_CHECKPOINT
 
 
@@ -167,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     write_atomically(out_dir / "results.json", json.dumps(result, indent=2) + "\n")
     write_atomically(out_dir / "README.md", markdown(result))
-    save_figure_atomically(tradeoff_figure(result), out_dir / "tradeoff.png")
+    save_figure(tradeoff_figure(result), out_dir / "tradeoff.png")
     log(f"written: {out_dir}/results.json, README.md, tradeoff.png")
     return 0
 
@@ -199,10 +200,7 @@ def markdown(r: dict) -> str:
 
 
 def tradeoff_figure(r: dict):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
     for kind, marker in (("interpolation", "o-"), ("restore", "s")):

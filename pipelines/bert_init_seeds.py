@@ -27,7 +27,8 @@ import sys
 from pathlib import Path
 
 from pipelines.bert_init import noninferiority
-from seqdiff.evaluation.generate import save_figure_atomically, write_atomically
+from seqdiff.evaluation.generate import write_atomically
+from seqdiff.figures import pyplot, save_figure
 
 
 class SeedReportError(ValueError):
@@ -157,10 +158,7 @@ def markdown(summary: dict, command: str) -> str:
 
 def interval_figure(summary: dict, out: Path) -> None:
     """One panel per probe: each seed's 95% interval of after - before, with 0 and -margin marked."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     tasks = list(summary["rows"][0]["probes"])
     fig, axes = plt.subplots(1, len(tasks), figsize=(4.5 * len(tasks), 0.5 * len(summary["rows"]) + 1.8),
@@ -181,7 +179,7 @@ def interval_figure(summary: dict, out: Path) -> None:
     fig.suptitle("frozen-embedding probes: green met, red significantly worse, orange inconclusive;\n"
                  f"dashed line: -margin ({-summary['margin']:g}); open dot: seed not counted", fontsize=9)
     fig.tight_layout()
-    save_figure_atomically(fig, out)
+    save_figure(fig, out)
 
 
 def main(argv: list[str] | None = None) -> int:

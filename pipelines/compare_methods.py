@@ -44,8 +44,10 @@ from seqdiff.config import RunConfig, SampleConfig, from_dict, load_run_config, 
 from seqdiff.data.text import split_path, tokenize_file
 from seqdiff.data.text_files import read_text_file
 from seqdiff.errors import SeqdiffError
-from seqdiff.evaluation.generate import generate, save_figure_atomically, write_atomically
+from seqdiff.evaluation.generate import generate, write_atomically
 from seqdiff.evaluation.likelihood import evaluate_tokens
+from seqdiff.figures import pyplot, save_figure
+from seqdiff.training.csv_log import metric_curve, read_metrics
 
 # A method variant: a label and the `method.*` overrides that select it (everything else is shared).
 METHOD_VARIANTS: dict[str, dict[str, Any]] = {
@@ -210,20 +212,11 @@ def measure_speed(run_dirs: dict[str, Path], sample: SampleConfig, rounds: int) 
 
 
 def _read_curve(run_dir: Path) -> tuple[list[int], list[float]]:
-    import pandas as pd
-
-    df = pd.read_csv(run_dir / "logs" / "metrics.csv")
-    if "val/bits_per_token" not in df:
-        return [], []
-    va = df[df["val/bits_per_token"].notna()]
-    return [int(s) for s in va["step"]], [float(v) for v in va["val/bits_per_token"]]
+    return metric_curve(read_metrics(run_dir), "val/bits_per_token")
 
 
 def plot_curves(run_dirs: dict[str, Path], out: Path, title: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for method, run_dir in run_dirs.items():
@@ -233,7 +226,7 @@ def plot_curves(run_dirs: dict[str, Path], out: Path, title: str) -> None:
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    save_figure_atomically(fig, out)
+    save_figure(fig, out)
 
 
 def run(opts: Options, command: str) -> dict[str, Any] | None:

@@ -45,6 +45,8 @@ from seqdiff.evaluation.generate import format_samples, generate, write_atomical
 from seqdiff.evaluation.likelihood import evaluate_batches
 from seqdiff.evaluation.markov import MarkovChain
 from seqdiff.evaluation.metrics import dna_metrics, gc_content
+from seqdiff.figures import pyplot, save_figure
+from seqdiff.training.csv_log import metric_curve, read_metrics
 from seqdiff.training.run import LAST_CHECKPOINT, train
 
 METHODS = ("mdlm", "ar")
@@ -119,15 +121,11 @@ def test_bits(model, dm: FastaDataModule, index: list[int], num_t_samples: int, 
 
 
 def val_curve(run_dir: Path) -> dict[str, list[float]]:
-    import pandas as pd
-
-    df = pd.read_csv(run_dir / "logs" / "metrics.csv")
+    rows = read_metrics(run_dir)
     out = {}
     for key, col in (("val", "val/bits_per_token"), ("train", "train/bits_per_token")):
-        if col in df:
-            part = df[df[col].notna()]
-            out[f"{key}_step"] = [int(s) for s in part["step"]]
-            out[f"{key}_bits_per_base"] = [float(v) for v in part[col]]
+        if rows and col in rows[0]:
+            out[f"{key}_step"], out[f"{key}_bits_per_base"] = metric_curve(rows, col)
     return out
 
 
@@ -198,10 +196,7 @@ def loader_throughput(dm: FastaDataModule, workers=(0, 2), batches: int = 200, r
 
 # ---------------------------------------------------------------------------------------------- report
 def _plots(results: dict, out: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     for method, r in results["models"].items():
@@ -223,8 +218,7 @@ def _plots(results: dict, out: Path) -> None:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(out / "val_curves.png", dpi=110)
-    plt.close(fig)
+    save_figure(fig, out / "val_curves.png")
 
     fig, ax = plt.subplots(figsize=(6, 4))
     ks = list(range(1, 7))
@@ -235,8 +229,7 @@ def _plots(results: dict, out: Path) -> None:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(out / "realism.png", dpi=110)
-    plt.close(fig)
+    save_figure(fig, out / "realism.png")
 
 
 def _readme(results: dict) -> str:

@@ -41,6 +41,7 @@ from seqdiff.edlm.nce_train import NCEConfig, train_nce
 from seqdiff.evaluation.generate import generate, write_atomically
 from seqdiff.evaluation.likelihood import evaluate_tokens
 from seqdiff.evaluation.metrics import SeqdiffAROracle, generation_metrics
+from seqdiff.figures import pyplot, save_figure
 
 
 def log(msg: str) -> None:
@@ -102,10 +103,7 @@ def speedup_at_equal_quality(mdlm_rows, edlm_rows) -> list[dict]:
 
 
 def plots(summary: dict, out: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(6.5, 4.5))
     for name, rows in summary["generation"].items():
@@ -118,8 +116,7 @@ def plots(summary: dict, out: Path) -> None:
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    fig.savefig(out / "gen_ppl_vs_time.png", dpi=110)
-    plt.close(fig)
+    save_figure(fig, out / "gen_ppl_vs_time.png")
     if not summary["ablation"]["k"]:
         return
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
@@ -134,8 +131,7 @@ def plots(summary: dict, out: Path) -> None:
         ax.grid(alpha=0.3)
     fig.suptitle(f"EDLM-AR ablation, {summary['settings']['ablation_steps']} steps")
     fig.tight_layout()
-    fig.savefig(out / "ablation.png", dpi=110)
-    plt.close(fig)
+    save_figure(fig, out / "ablation.png")
 
 
 def edlm_setting(summary: dict) -> tuple[int, float]:

@@ -27,9 +27,11 @@ import sys
 import urllib.request
 import zlib
 from collections.abc import Iterable
+from contextlib import nullcontext
 from pathlib import Path
 
 from seqdiff.data.genome import GenomeError, canonical_chrom, compression, open_fasta
+from seqdiff.safe_io import atomic_write
 
 UCSC_HG19_URL = "https://hgdownload.soe.ucsc.edu/goldenPath/hg19/bigZips/hg19.fa.gz"
 """The GRCh37 / hg19 reference, gzip-compressed FASTA with UCSC chromosome names."""
@@ -130,27 +132,27 @@ def prepare_reference(src: str | Path, out: str | Path, fmt: str = "bgzip",
     if fmt not in ("bgzip", "plain"):
         raise ValueError(f"format {fmt!r}: choose bgzip or plain")
     keep = {canonical_chrom(c) for c in chromosomes} if chromosomes else None
-    tmp = out.with_name(out.name + ".tmp")
     opener = open if compression(src) == "plain" else gzip.open
     written: set[str] = set()
-    try:
-        with opener(src, "rb") as fin:
-            sink = bgzf.BgzfWriter(str(tmp), "wb") if fmt == "bgzip" else open(tmp, "wb")
-            with sink:
-                for line in _records(fin, keep):
-                    if line.startswith(b">"):
-                        written.add(canonical_chrom(line[1:].split(None, 1)[0].decode("latin-1")))
-                    sink.write(line)
-    except (EOFError, OSError, zlib.error) as e:
-        tmp.unlink(missing_ok=True)
-        raise GenomeError(f"{src}: cannot be read to the end ({e}); is it truncated?") from e
-    absent = [c for c in chromosomes or [] if canonical_chrom(c) not in written]
-    if absent:
-        tmp.unlink(missing_ok=True)
-        raise GenomeError(f"{src}: chromosomes {absent} are not in the file")
-    for index in (Path(str(out) + ".fai"), Path(str(out) + ".gzi")):
-        index.unlink(missing_ok=True)
-    os.replace(tmp, out)
+
+    def convert(f) -> None:
+        try:
+            with opener(src, "rb") as fin:
+                sink = bgzf.BgzfWriter(fileobj=f) if fmt == "bgzip" else nullcontext(f)
+                with sink as out_file:
+                    for line in _records(fin, keep):
+                        if line.startswith(b">"):
+                            written.add(canonical_chrom(line[1:].split(None, 1)[0].decode("latin-1")))
+                        out_file.write(line)
+        except (EOFError, OSError, zlib.error) as e:
+            raise GenomeError(f"{src}: cannot be read to the end ({e}); is it truncated?") from e
+        absent = [c for c in chromosomes or [] if canonical_chrom(c) not in written]
+        if absent:
+            raise GenomeError(f"{src}: chromosomes {absent} are not in the file")
+        for index in (Path(str(out) + ".fai"), Path(str(out) + ".gzi")):
+            index.unlink(missing_ok=True)
+
+    atomic_write(out, convert, "FASTA")
     return open_fasta(out)
 
 

@@ -288,12 +288,10 @@ def targets(rows: list[dict[str, Any]], length: int) -> dict[str, Any]:
 
 # ---------------------------------------------------------------------------------------------- report
 def write_report(result: dict[str, Any], out: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     from seqdiff.evaluation.generate import write_atomically
+    from seqdiff.figures import pyplot, save_figure
+
+    plt = pyplot()
 
     out.mkdir(parents=True, exist_ok=True)
     write_atomically(out / "frontier.json", json.dumps(result, indent=2) + "\n")
@@ -319,8 +317,7 @@ def write_report(result: dict[str, Any], out: Path) -> None:
     axes[2].set_yscale("log")
     axes[0].legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(out / "frontier_vs_steps.png", dpi=110)
-    plt.close(fig)
+    save_figure(fig, out / "frontier_vs_steps.png")
     fig, ax = plt.subplots(figsize=(6.5, 4.5))
     for label in labels:
         rs = [r for r in rows if r["label"] == label]
@@ -338,8 +335,7 @@ def write_report(result: dict[str, Any], out: Path) -> None:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(out / "frontier.png", dpi=110)
-    plt.close(fig)
+    save_figure(fig, out / "frontier.png")
     write_atomically(out / "README.md", markdown(result))
 
 

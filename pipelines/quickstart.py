@@ -24,11 +24,13 @@ from seqdiff.checkpoint import load_checkpoint, read_checkpoint
 from seqdiff.config import ConfigError, DataConfig, MethodConfig, ModelConfig, RunConfig, SampleConfig, TrainConfig
 from seqdiff.data.text import split_path, tokenize_file
 from seqdiff.data.text_files import load_manifest, read_text_file
-from seqdiff.evaluation.generate import generate, save_figure_atomically, write_atomically
+from seqdiff.evaluation.generate import generate, write_atomically
 from seqdiff.evaluation.likelihood import evaluate_tokens
 from seqdiff.evaluation.metrics import known_word_share
 from seqdiff.evaluation.ngram import WittenBellNGram
+from seqdiff.figures import pyplot, save_figure
 from seqdiff.tokenizers.char import text8_normalize
+from seqdiff.training.csv_log import metric_curve, read_metrics
 from seqdiff.training.run import LAST_CHECKPOINT, train
 
 # The embedded default; configs/quickstart.yaml is the same recipe as a file (a test keeps them equal).
@@ -80,29 +82,22 @@ def _train_or_reuse(config: RunConfig, run_dir: Path) -> str:
 
 
 def _loss_curves(run_dirs: dict[str, Path], out: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import pandas as pd
-
+    plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     for method, run_dir in run_dirs.items():
-        df = pd.read_csv(run_dir / "logs" / "metrics.csv")
-        if "train/bits_per_token" in df:
-            tr = df[df["train/bits_per_token"].notna()]
-            axes[0].plot(tr["step"], tr["train/bits_per_token"], label=f"{method} (train, one draw per step)",
+        rows = read_metrics(run_dir)
+        if rows and "train/bits_per_token" in rows[0]:
+            axes[0].plot(*metric_curve(rows, "train/bits_per_token"), label=f"{method} (train, one draw per step)",
                          alpha=0.8)
-        if "val/bits_per_token" in df:
-            va = df[df["val/bits_per_token"].notna()]
-            axes[1].plot(va["step"], va["val/bits_per_token"], marker="o", label=f"{method} (valid)")
+        if rows and "val/bits_per_token" in rows[0]:
+            axes[1].plot(*metric_curve(rows, "val/bits_per_token"), marker="o", label=f"{method} (valid)")
     axes[0].set(xlabel="step", ylabel="bits per character", title="training loss (MDLM: NELBO)")
     axes[1].set(xlabel="step", ylabel="bits per character", title="validation (EMA weights)")
     for ax in axes:
         ax.grid(alpha=0.3)
         ax.legend()
     fig.tight_layout()
-    save_figure_atomically(fig, out)
+    save_figure(fig, out)
 
 
 def run_quickstart(out_dir: str | Path = "reports/quickstart", run_root: str | Path = "runs/quickstart",

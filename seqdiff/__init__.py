@@ -1,7 +1,7 @@
 """seqdiff: masked discrete diffusion language models (MDLM and its baselines) over text and DNA.
 
 Layers, from the bottom up (a module imports only from its own layer or below, with no import cycle):
-  __init__.py, errors.py, categorical.py, config.py, sources.py, atomic.py, safe_io.py   leaf modules
+  __init__.py, errors.py, categorical.py, config.py, sources.py, atomic.py, safe_io.py, figures.py   leaf modules
   tokenizers/               text and nucleotide vocabularies
   data/                     corpora, FASTA / BED, block packing, caches, Lightning data modules
   backbones/, schedules.py  networks that map tokens (+ noise level) to logits; noise schedules

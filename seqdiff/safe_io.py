@@ -8,13 +8,22 @@ whose message names the path and the cause in the OS's own words ("no space left
 torch.save is given a Python file object rather than a path: its own C++ writer reports a full disk as
 "unexpected pos 2068352 vs 2068244"; through a file object the OSError (errno included) is kept as the
 exception's context, which `os_cause` finds.
+
+This module is the project's one write-then-rename: text, bytes, torch checkpoints, figures
+(`atomic_save_figure`) and whole folders (`atomic_directory`) all go through it. A path that exists and
+is neither a regular file nor a folder (a character device such as /dev/null, a named pipe) is written
+through, never renamed over: replacing /dev/null with a regular file breaks every program on the machine.
+A `SeqdiffError` raised by the writing callback (a user error found while streaming) is passed on as it is.
 """
 
 from __future__ import annotations
 
 import errno
 import os
-from collections.abc import Callable
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
@@ -71,10 +80,18 @@ def ensure_dir(path: str | Path, what: str = "folder") -> Path:
     return path
 
 
-def atomic_write(path: str | Path, write: Callable[[IO[bytes]], Any], what: str = "file") -> Path:
-    """Call write(file object) on `<path>.tmp`, then rename it to `path`; on failure remove it, raise WriteError."""
+def is_special(path: str | Path) -> bool:
+    """True for a path that exists and is neither a regular file nor a folder (/dev/null, a named pipe)."""
     path = Path(path)
-    if path.exists() and not path.is_file() and not path.is_dir():  # /dev/null, a named pipe: write through
+    return path.exists() and not path.is_file() and not path.is_dir()
+
+
+def atomic_write(path: str | Path, write: Callable[[IO[bytes]], Any], what: str = "file") -> Path:
+    """Call write(file object) on `<path>.tmp`, then rename it to `path`; on failure remove it, raise WriteError.
+
+    `write` may close the file object itself (a compressing writer that closes its sink)."""
+    path = Path(path)
+    if is_special(path):  # /dev/null, a named pipe: write through
         try:
             with open(path, "wb") as f:
                 write(f)
@@ -86,15 +103,18 @@ def atomic_write(path: str | Path, write: Callable[[IO[bytes]], Any], what: str 
     try:
         with _open_binary(tmp) as f:
             write(f)
-            f.flush()
-            if _has_fileno(f):  # a full network disk may report ENOSPC only here
-                os.fsync(f.fileno())
+            if not f.closed:
+                f.flush()
+                if _has_fileno(f):  # a full network disk may report ENOSPC only here
+                    os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException as e:
         try:
             tmp.unlink()
         except OSError:
             pass
+        if isinstance(e, SeqdiffError):  # already one line (e.g. a truncated input found while streaming)
+            raise
         if find_os_error(e) is not None or (isinstance(e, RuntimeError) and _is_write_failure(e)):
             raise WriteError(f"cannot write {what} {path}: {os_cause(e, path)} (nothing partial was left)") from e
         raise
@@ -119,11 +139,69 @@ def atomic_write_text(path: str | Path, text: str, what: str = "file") -> Path:
     return atomic_write(path, lambda f: f.write(text.encode("utf-8")), what)
 
 
+def atomic_write_bytes(path: str | Path, data: bytes, what: str = "file") -> Path:
+    return atomic_write(path, lambda f: f.write(data), what)
+
+
+def atomic_save_figure(fig, path: str | Path, dpi: int = 110, what: str = "figure", **savefig: Any) -> Path:
+    """fig.savefig to `path` (format from its suffix, PNG by default) by write-then-rename."""
+    fmt = savefig.pop("format", None) or (Path(path).suffix.lstrip(".").lower() or "png")
+    return atomic_write(path, lambda f: fig.savefig(f, dpi=dpi, format=fmt, **savefig), what)
+
+
+@contextmanager
+def atomic_directory(path: str | Path, what: str = "folder", prefix: str | None = None,
+                     accept_existing: Callable[[Path], bool] | None = None) -> Iterator[Path]:
+    """Yield a new temporary folder beside `path`; when the block ends without an exception, put it in place.
+
+    An existing folder at `path` is moved aside, replaced, then removed (restored if the replace fails). If the
+    replace fails and `accept_existing(path)` is true (another process put a sound copy there first), that copy
+    is kept. The temporary folder never outlives the block. `prefix` names it (default `.<name>.`, suffix .tmp).
+    """
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise WriteError(f"{what} {path} exists and is not a directory")
+    ensure_dir(path.parent, "folder")
+    try:
+        tmp = Path(tempfile.mkdtemp(prefix=prefix or f".{path.name}.", suffix=".tmp" if prefix is None else "",
+                                    dir=path.parent))
+        umask = os.umask(0)
+        os.umask(umask)
+        tmp.chmod(0o777 & ~umask)  # mkdtemp's 0700 would make the placed folder private
+    except OSError as e:
+        raise WriteError(f"cannot create {what} {path}: {os_cause(e)}") from e
+    try:
+        yield tmp
+        _move_into_place(tmp, path, accept_existing)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _move_into_place(tmp: Path, path: Path, accept_existing: Callable[[Path], bool] | None) -> None:
+    old = path.with_name(f".{path.name}.old-{os.getpid()}")
+    moved = False
+    try:
+        if path.exists():
+            os.replace(path, old)  # a folder is replaced only when empty: swap, then remove the old one
+            moved = True
+        os.replace(tmp, path)
+    except OSError as e:
+        if moved and not path.exists():
+            os.replace(old, path)
+            moved = False
+        if accept_existing is not None and path.is_dir() and accept_existing(path):
+            return
+        raise WriteError(f"cannot put folder {path} in place: {os_cause(e)}") from e
+    finally:
+        if moved:
+            shutil.rmtree(old, ignore_errors=True)
+
+
 def atomic_torch_save(obj: Any, path: str | Path, what: str = "checkpoint") -> Path:
     import torch
 
     return atomic_write(path, lambda f: torch.save(obj, f), what)
 
 
-__all__ = ["WriteError", "atomic_torch_save", "atomic_write", "atomic_write_text", "ensure_dir", "find_os_error",
-           "os_cause"]
+__all__ = ["WriteError", "atomic_directory", "atomic_save_figure", "atomic_torch_save", "atomic_write",
+           "atomic_write_bytes", "atomic_write_text", "ensure_dir", "find_os_error", "is_special", "os_cause"]

@@ -24,13 +24,13 @@ import json
 import os
 import shutil
 import sys
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from seqdiff.safe_io import atomic_directory
 from seqdiff.sources import data_dir
 from seqdiff.tokenizers.base import Tokenizer
 
@@ -109,8 +109,9 @@ def _write_with(folder: Path, fields: dict[str, Any], fill: Callable[[Path], dic
     under the final name; its temporary folder is removed by the next build of any key)."""
     folder.parent.mkdir(parents=True, exist_ok=True)
     _remove_stale_builds(folder.parent)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.tmp-{os.getpid()}-", dir=folder.parent))
-    try:
+    sound = lambda f: not _problems(f)  # noqa: E731  (another process' sound copy, put in place first, is kept)
+    with atomic_directory(folder, "cache folder", prefix=f".{folder.name}.tmp-{os.getpid()}-",
+                          accept_existing=sound) as tmp:
         meta = fill(tmp)
         shards = {}
         for path in sorted(tmp.glob("*.npy")):
@@ -120,15 +121,6 @@ def _write_with(folder: Path, fields: dict[str, Any], fill: Callable[[Path], dic
             del array
         manifest = {"version": CACHE_VERSION, "key": fields, "meta": meta, "shards": shards}
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, default=str) + "\n")
-        if folder.exists():
-            shutil.rmtree(folder)
-        try:
-            os.rename(tmp, folder)
-        except OSError:
-            if not (folder.is_dir() and not _problems(folder)):  # not another process' sound copy
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _remove_stale_builds(root: Path) -> None:

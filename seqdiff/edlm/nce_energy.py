@@ -25,6 +25,7 @@ from torch import Tensor, nn
 from seqdiff.backbones import build_backbone
 from seqdiff.config import ModelConfig, from_dict, to_dict
 from seqdiff.edlm.base import Energy, EnergyError
+from seqdiff.safe_io import atomic_torch_save
 
 NCE_FORMAT = "seqdiff-edlm-nce"
 
@@ -89,13 +90,9 @@ class NCEEnergy(Energy):
 
 
 def save_energy_net(net: EnergyNet, path: str | Path, extra: dict[str, Any] | None = None) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save({"format": NCE_FORMAT, "model": to_dict(net.model_config), "vocab_size": net.vocab_size,
-                "mask_id": net.mask_id, "state_dict": net.state_dict(), **(extra or {})}, tmp)
-    tmp.replace(path)
-    return path
+    return atomic_torch_save({"format": NCE_FORMAT, "model": to_dict(net.model_config), "vocab_size": net.vocab_size,
+                              "mask_id": net.mask_id, "state_dict": net.state_dict(), **(extra or {})}, path,
+                             "NCE energy")
 
 
 def load_energy_net(path: str | Path, device: str | torch.device = "cpu") -> EnergyNet:

@@ -27,9 +27,6 @@ export never leaves a half-written OUT_DIR.
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +47,7 @@ from seqdiff.checkpoint import (
 )
 from seqdiff.config import ConfigError, DataConfig, MethodConfig, ModelConfig, to_dict
 from seqdiff.hf.tokenizer_json import write_hf_tokenizer
+from seqdiff.safe_io import atomic_directory
 from seqdiff.tokenizers.base import Tokenizer
 
 MODELING_FILE = "modeling_seqdiff.py"
@@ -138,19 +136,13 @@ def write_export(out_dir: str | Path, state_dict: dict[str, torch.Tensor], model
     out = Path(out_dir)
     _check_destination(out, overwrite, source)
     config = hf_config(model_config, method_config, tokenizer, seq_len, data_config, step, ema, encoder_alpha)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
-    try:
+    with atomic_directory(out, "export directory") as tmp:
         config.save_pretrained(tmp)
         tensors = {f"backbone.{k}": v.detach().to("cpu", copy=True).contiguous() for k, v in state_dict.items()}
         save_file(tensors, str(tmp / EXPORT_WEIGHTS), metadata={"format": "pt"})
         tokenizer.save_pretrained(tmp)
         write_hf_tokenizer(tokenizer, tmp, model_max_length=seq_len)  # AutoTokenizer loads the directory
         (tmp / MODELING_FILE).write_text(MODELING_SHIM)
-        _move_into_place(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out
 
 
@@ -184,20 +176,6 @@ def _check_destination(out: Path, overwrite: bool, source: Path | None) -> None:
             raise ExportError(f"{out} holds the checkpoint being exported; choose another output directory")
     if out.is_dir() and any(out.iterdir()) and not overwrite:
         raise ExportError(f"{out} already exists and is not empty; choose another directory or pass --overwrite")
-
-
-def _move_into_place(tmp: Path, out: Path) -> None:
-    if not out.exists():
-        os.replace(tmp, out)
-        return
-    old = out.with_name(f".{out.name}.old-{os.getpid()}")
-    os.replace(out, old)  # an empty or overwritten directory: swap, then remove the old one
-    try:
-        os.replace(tmp, out)
-    except BaseException:
-        os.replace(old, out)
-        raise
-    shutil.rmtree(old, ignore_errors=True)
 
 
 __all__ = ["AUTO_MAP", "ExportError", "export_checkpoint", "export_model", "hf_config", "write_export"]

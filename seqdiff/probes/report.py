@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from seqdiff.atomic import write_atomically
+from seqdiff.figures import pyplot, save_figure
 from seqdiff.probes.genomic_benchmarks import ALIASES, DATASETS
 from seqdiff.probes.metrics import DEFAULT_METRIC, get_metric
 from seqdiff.probes.published import PUBLISHED, PublishedRow  # noqa: F401  (PublishedRow: re-exported)
@@ -98,10 +99,7 @@ def goal_lines(rows: list[dict[str, Any]], finetune_target: float = 0.96) -> lis
 
 def plot_rows(path: Path, rows: list[dict[str, Any]], title: str) -> None:
     """Horizontal bars: mean headline test metric per row, whiskers from the min to the max over seeds."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     labels = [f"{r['model'][:48]} / {r['probe']}" for r in rows]
     means = [100 * headline(r) for r in rows]
@@ -117,11 +115,7 @@ def plot_rows(path: Path, rows: list[dict[str, Any]], title: str) -> None:
     ax.set_xlabel(f"{label} (mean; whiskers: min, max over seeds)")
     ax.set_title(title)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp.png")
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    tmp.replace(path)
+    save_figure(fig, path, dpi=110)
 
 
 def protocol_text(metric: str) -> str:

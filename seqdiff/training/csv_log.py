@@ -3,11 +3,16 @@
 Lightning's CSVLogger deletes metrics.csv when its folder is not empty. On resume we instead keep the
 rows logged before the checkpoint's step and drop any logged after it (they will be logged again), so
 logs/metrics.csv always tells the history of the run that the weights come from.
+
+`read_metrics` / `metric_curve` are the one reader of that file (the quickstart, the method comparison and
+the experiments' curves): no pandas, a row per logged line, an empty cell (a metric not logged on that line)
+or a NaN read as missing, the way pandas' read_csv + notna() read it before.
 """
 
 from __future__ import annotations
 
 import csv
+import math
 from pathlib import Path
 
 from lightning.fabric.loggers.logger import rank_zero_experiment
@@ -29,7 +34,7 @@ class _AppendingWriter(ExperimentWriter):
             keys = list(reader.fieldnames or [])
             rows = [r for r in reader if self._keep(r)]
         with open(path, "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=keys)
+            writer = csv.DictWriter(f, fieldnames=sorted(keys))  # Lightning appends in sorted column order
             writer.writeheader()
             writer.writerows(rows)
         self._resumed_keys = sorted(keys)
@@ -64,3 +69,40 @@ class ResumableCSVLogger(CSVLogger):
             self._fs.makedirs(self.root_dir, exist_ok=True)
             self._experiment = _AppendingWriter(self.log_dir, keep_before_step=self._resume_step)
         return self._experiment
+
+
+METRICS_FILE = Path("logs") / "metrics.csv"
+"""Where a run directory keeps its training and validation metrics."""
+
+Row = dict[str, float | str | None]
+
+
+def _cell(text: str | None) -> float | str | None:
+    if text is None or text.strip() == "":
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        return text if text.strip().lower() not in ("nan", "na", "n/a", "null", "none") else None
+    return None if math.isnan(value) else value
+
+
+def read_metrics(run_dir: str | Path) -> list[Row]:
+    """The rows of `<run_dir>/logs/metrics.csv` (a path to the .csv itself is accepted too), in file order:
+    column -> float, or None where the cell is empty or NaN. FileNotFoundError when the run has no log."""
+    path = Path(run_dir)
+    if path.suffix != ".csv":
+        path = path / METRICS_FILE
+    with open(path, newline="") as f:
+        return [{k: _cell(v) for k, v in row.items() if k is not None} for row in csv.DictReader(f)]
+
+
+def metric_curve(rows: list[Row], key: str) -> tuple[list[int], list[float]]:
+    """(steps, values) of the rows that logged `key` ([], [] when the column is absent)."""
+    steps, values = [], []
+    for row in rows:
+        value = row.get(key)
+        if isinstance(value, float):
+            steps.append(int(row["step"]))  # type: ignore[arg-type]
+            values.append(value)
+    return steps, values
