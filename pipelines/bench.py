@@ -58,8 +58,9 @@ import torch
 from torch import nn
 
 from seqdiff.backbones import build_backbone
-from seqdiff.config import MODEL_PRESETS, MethodConfig, ModelConfig
+from seqdiff.config import MODEL_PRESETS, MethodConfig, ModelConfig, finite_float
 from seqdiff.methods import AR, MDLM, Batch
+from seqdiff.safe_io import atomic_write_text
 from seqdiff.samplers import build_sampler
 from seqdiff.training.module import adamw_implementation
 
@@ -107,7 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup", type=int, default=2, help="untimed optimizer steps per model before timing")
     p.add_argument("--sample-batches", default="1,16", help="comma-separated sampling batch sizes")
     p.add_argument("--sample-repeats", type=int, default=3, help="most interleaved sampling rounds per batch size")
-    p.add_argument("--sample-budget-s", type=float, default=30.0,
+    p.add_argument("--sample-budget-s", type=finite_float, default=30.0,
                    help="start another sampling round for a batch size only while less than this many seconds "
                    "were spent on it (at least one round always runs; a second one, up to twice the budget, when "
                    "other processes were busy during the first)")
@@ -821,13 +822,6 @@ def _contention_note(result: dict[str, Any]) -> str:
             + "; ".join(parts) + "." + warn + "\n\n")
 
 
-def _write_atomically(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
 # ---------------------------------------------------------------------------------------------- main
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -926,8 +920,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{result['cpu_count']} CPUs (other work on the machine lowers the absolute figures; the ratios come "
           "from interleaved rounds).\n\n" + _contention_note(result) +
           f"{tables}\n\n{explanation(result, train, sampling)}\n")
-    _write_atomically(out_dir / "bench.json", json.dumps(result, indent=2) + "\n")
-    _write_atomically(out_dir / "bench.md", md)
+    atomic_write_text(out_dir / "bench.json", json.dumps(result, indent=2) + "\n")
+    atomic_write_text(out_dir / "bench.md", md)
     print()
     print(tables)
     print(f"\nwritten: {out_dir / 'bench.json'}, {out_dir / 'bench.md'} ({result['elapsed_s']:.0f} s)")

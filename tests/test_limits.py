@@ -169,3 +169,13 @@ def test_frontier_float_flags_refuse_nan(capsys):
         with pytest.raises(SystemExit) as e:
             seqdiff_main(["frontier", "--checkpoint", "x", "--oracle", "y", flag, "nan"])
         assert e.value.code == 2 and "finite number" in capsys.readouterr().err
+
+
+def test_bench_float_flag_refuses_nan(capsys):
+    import pytest
+
+    from seqdiff.cli import main as seqdiff_main
+
+    with pytest.raises(SystemExit) as e:
+        seqdiff_main(["bench", "--sample-budget-s", "nan"])
+    assert e.value.code == 2 and "finite number" in capsys.readouterr().err
