@@ -89,6 +89,15 @@ class Sampler(ABC):
         if seq_len > max_len:
             raise SamplerError(f"sample.seq_len={seq_len} exceeds the model's max_seq_len={max_len}")
 
+    def masked_start(self, batch_size: int, seq_len: int, given: Tensor | None, device) -> Tensor:
+        """(B, L) all MASK, with the given tokens (ids >= 0 in `given`, -1 = free) in place: they start revealed."""
+        x = torch.full((batch_size, seq_len), self.method.mask_id, dtype=torch.long, device=device)  # (B, L)
+        if given is not None:
+            if (given == self.method.mask_id).any():
+                raise SamplerError("given holds the MASK id; use -1 for free positions")
+            x = torch.where(given >= 0, given, x)
+        return x
+
     def prepare(self, batch_size: int, seq_len: int, given: Tensor | None) -> tuple[torch.device, Tensor | None]:
         """The checks every `generate` starts with: (the backbone's device, `given` checked and on it)."""
         self.check_length(seq_len)

@@ -52,12 +52,7 @@ class ConfidenceSampler(MDLMAncestralSampler):
             raise SamplerError(f"--sampler {self.name} needs a SUBS model (method.subs=true)")
 
     def start(self, batch_size: int, seq_len: int, given: Tensor | None, device) -> Tensor:
-        x = torch.full((batch_size, seq_len), self.method.mask_id, dtype=torch.long, device=device)  # (B, L)
-        if given is not None:
-            if (given == self.method.mask_id).any():
-                raise SamplerError("given holds the MASK id; use -1 for free positions")
-            x = torch.where(given >= 0, given, x)
-        return x
+        return self.masked_start(batch_size, seq_len, given, device)
 
     def candidates(self, x: Tensor, t: Tensor, generator: torch.Generator | None) -> tuple[Tensor, Tensor, Tensor]:
         """x_theta(x_t) once: a token (B, L) drawn at every masked position (with temperature / top-p), its

@@ -120,11 +120,7 @@ class EDLMImportanceSampler(MDLMCachedSampler):
         device, given = self.prepare(batch_size, seq_len, given)
         method = self.method
         gens = row_generators(batch_size, generator, device)
-        x = torch.full((batch_size, seq_len), method.mask_id, dtype=torch.long, device=device)  # (B, L)
-        if given is not None:
-            if (given == method.mask_id).any():
-                raise SamplerError("given holds the MASK id; use -1 for free positions")
-            x = torch.where(given >= 0, given, x)
+        x = self.masked_start(batch_size, seq_len, given, device)  # (B, L); given tokens stay revealed
         grid = self.time_grid(device)
         calls, cache = 0, {}
         for i in range(self.steps):

@@ -20,7 +20,7 @@ import torch
 from torch import Tensor
 
 from seqdiff.categorical import top_p_filter
-from seqdiff.samplers.base import SampleOutput, Sampler, SamplerError
+from seqdiff.samplers.base import SampleOutput, Sampler
 
 
 class MDLMAncestralSampler(Sampler):
@@ -47,11 +47,7 @@ class MDLMAncestralSampler(Sampler):
                  given: Tensor | None = None) -> SampleOutput:
         device, given = self.prepare(batch_size, seq_len, given)
         method = self.method
-        x = torch.full((batch_size, seq_len), method.mask_id, dtype=torch.long, device=device)  # (B, L)
-        if given is not None:
-            if (given == method.mask_id).any():
-                raise SamplerError("given holds the MASK id; use -1 for free positions")
-            x = torch.where(given >= 0, given, x)  # given tokens start revealed and stay so
+        x = self.masked_start(batch_size, seq_len, given, device)  # (B, L); given tokens stay revealed
         grid = self.time_grid(device)
         calls, cache, probs = 0, {}, None
         for i in range(self.steps):

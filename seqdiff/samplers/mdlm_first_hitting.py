@@ -87,11 +87,7 @@ class MDLMFirstHittingSampler(Sampler):
                  given: Tensor | None = None) -> SampleOutput:
         device, given = self.prepare(batch_size, seq_len, given)
         method = self.method
-        x = torch.full((batch_size, seq_len), method.mask_id, dtype=torch.long, device=device)  # (B, L)
-        if given is not None:
-            if (given == method.mask_id).any():
-                raise SamplerError("given holds the MASK id; use -1 for free positions")
-            x = torch.where(given >= 0, given, x)
+        x = self.masked_start(batch_size, seq_len, given, device)  # (B, L); given tokens stay revealed
         t = torch.ones(batch_size, dtype=torch.float64, device=device)  # (B,) each row's current time
         done = torch.zeros(batch_size, dtype=torch.bool, device=device)  # rows past t = 0 (noise removal left)
         calls = 0

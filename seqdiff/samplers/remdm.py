@@ -151,13 +151,8 @@ class ReMDMSampler(MDLMAncestralSampler):
                  given: Tensor | None = None) -> SampleOutput:
         device, given = self.prepare(batch_size, seq_len, given)
         method = self.method
-        x = torch.full((batch_size, seq_len), method.mask_id, dtype=torch.long, device=device)  # (B, L)
-        fixed = torch.zeros_like(x, dtype=torch.bool)
-        if given is not None:
-            if (given == method.mask_id).any():
-                raise SamplerError("given holds the MASK id; use -1 for free positions")
-            fixed = given >= 0
-            x = torch.where(fixed, given, x)
+        x = self.masked_start(batch_size, seq_len, given, device)  # (B, L)
+        fixed = given >= 0 if given is not None else torch.zeros_like(x, dtype=torch.bool)
         conf = torch.zeros(x.shape, dtype=torch.float64, device=device)  # (B, L) confidence at decoding
         grid = self.time_grid(device)
         self.trace = []
