@@ -440,13 +440,7 @@ class DiT(nn.Module):
         if attn_mask.shape not in ((L, end), (B, L, end)):
             raise ValueError(f"attn_mask must have shape {(L, end)} or {(B, L, end)}, got {tuple(attn_mask.shape)}")
         allowed = attn_mask if attn_mask.ndim == 3 else attn_mask[None]  # (1 or B, L, end)
-        if kv_cache is not None:
-            if attention_mask is not None:
-                kv_cache.key_mask[:, start:end] = attention_mask
-                kv_cache.padded = True
-            key_ok = kv_cache.key_mask[:, :end] if kv_cache.padded else None  # (B, end)
-        else:
-            key_ok = attention_mask
+        key_ok = self._key_mask(attention_mask, start, end, kv_cache)  # (B, end) or None
         if key_ok is not None:
             allowed = allowed & key_ok[:, None, :]  # (B, L, end)
         k_pos = torch.arange(end, device=allowed.device)[None, :]
@@ -457,6 +451,16 @@ class DiT(nn.Module):
         dtype = torch.get_autocast_dtype(device_type) if autocast else self.embed.weight.dtype
         bias = torch.zeros(allowed.shape, dtype=dtype, device=allowed.device)
         return bias.masked_fill_(~allowed, float("-inf"))[:, None]  # (1 or B, 1, L, end)
+
+    @staticmethod
+    def _key_mask(attention_mask: Tensor | None, start: int, end: int, kv_cache: KVCache | None) -> Tensor | None:
+        """(B, end) True for keys that are real tokens, or None when nothing is padded; a cache remembers them."""
+        if kv_cache is None:
+            return attention_mask
+        if attention_mask is not None:
+            kv_cache.key_mask[:, start:end] = attention_mask
+            kv_cache.padded = True
+        return kv_cache.key_mask[:, :end] if kv_cache.padded else None
 
     def _attention_mask(
         self,
@@ -469,13 +473,7 @@ class DiT(nn.Module):
     ) -> tuple[Tensor | None, bool]:
         """(attn_mask for SDPA or None, is_causal). Boolean masks are True where attention is allowed."""
         end = start + L
-        if kv_cache is not None:
-            if attention_mask is not None:
-                kv_cache.key_mask[:, start:end] = attention_mask
-                kv_cache.padded = True
-            key_ok = kv_cache.key_mask[:, :end] if kv_cache.padded else None  # (B, end)
-        else:
-            key_ok = attention_mask
+        key_ok = self._key_mask(attention_mask, start, end, kv_cache)  # (B, end) or None
         if key_ok is None:  # fast paths: let SDPA choose its fused kernel
             if not self.causal or L == 1:
                 return None, False  # bidirectional, or one new token that sees the whole cache

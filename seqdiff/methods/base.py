@@ -81,14 +81,19 @@ class Method(ABC):
     def loss(self, backbone: nn.Module, batch: Batch, generator: torch.Generator | None = None) -> MethodOutput:
         """One stochastic estimate of the per-token NLL (bound) of `batch`, differentiable."""
 
+    def bound(self, backbone: nn.Module, batch: Batch, generator: torch.Generator | None = None) -> MethodOutput:
+        """One draw of the reported bound; the training loss unless a method trains on something else
+        (bd3lm: clipped mask rates in training, the whole range here)."""
+        return self.loss(backbone, batch, generator)
+
     @torch.no_grad()
     def nll(self, backbone: nn.Module, batch: Batch, generator: torch.Generator | None = None,
             num_samples: int = 1) -> tuple[Tensor, Tensor]:
-        """(sum of NLL terms in float64, number of scored tokens), averaged over `num_samples` draws."""
+        """(sum of NLL terms in float64, number of scored tokens), averaged over `num_samples` draws of `bound`."""
         total = torch.zeros((), dtype=torch.float64)
         count = torch.zeros((), dtype=torch.float64)
         for _ in range(num_samples):
-            out = self.loss(backbone, batch, generator)
+            out = self.bound(backbone, batch, generator)
             total = total + out.nll_sum.cpu()
             count = out.num_tokens.cpu()
         return total / num_samples, count

@@ -233,18 +233,6 @@ class BD3LM(MDLM):
         """One draw of the block NELBO with t in [t_min, 1] (never clipped)."""
         return self._output(*self.block_loss(backbone, batch, generator, self.eval_times))
 
-    @torch.no_grad()
-    def nll(self, backbone: nn.Module, batch: Batch, generator: torch.Generator | None = None,
-            num_samples: int = 1) -> tuple[Tensor, Tensor]:
-        """(sum of NELBO terms in float64, scored tokens), averaged over `num_samples` draws; unclipped times."""
-        total = torch.zeros((), dtype=torch.float64)
-        count = torch.zeros((), dtype=torch.float64)
-        for _ in range(num_samples):
-            out = self.bound(backbone, batch, generator)
-            total = total + out.nll_sum.cpu()
-            count = out.num_tokens.cpu()
-        return total / num_samples, count
-
 
 @torch.no_grad()
 def clip_variance(method: BD3LM, backbone: nn.Module, batches: list, candidates: list[tuple[float, float]],
