@@ -94,6 +94,12 @@ def build_parser() -> argparse.ArgumentParser:
         description="Training and sampling throughput, matmul utilization and peak memory of seqdiff models, "
         "against Hugging Face BERT / GPT-2 of the same shape. Writes bench.json and bench.md.",
     )
+    add_arguments(p)
+    return p
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of `seqdiff bench` (seqdiff.cli's command table adds them to its subparser)."""
     p.add_argument("--preset", default="cpu-small", choices=sorted(MODEL_PRESETS),
                    help="model size preset (hidden size, layers, heads); default cpu-small")
     p.add_argument("--activation", default="gelu_tanh", choices=["gelu_tanh", "gelu"],
@@ -120,7 +126,6 @@ def build_parser() -> argparse.ArgumentParser:
                    help="torch intra-op threads (0 = torch's default, usually the number of cores)")
     p.add_argument("--seed", type=int, default=0, help="seed of initializations, data and sampling")
     p.add_argument("--out", default=str(DEFAULT_OUT), help="output folder for bench.json and bench.md")
-    return p
 
 
 def _validate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> list[int]:
@@ -826,7 +831,11 @@ def _contention_note(result: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
-    args = parser.parse_args(argv)
+    return run(parser.parse_args(argv), parser, argv)
+
+
+def run(args: argparse.Namespace, parser: argparse.ArgumentParser, argv: list[str]) -> int:
+    """The benchmark of parsed `args` (`parser` reports bad combinations; `argv` is named in the report)."""
     batches = _validate(args, parser)
     device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
                           ("cpu" if args.device == "auto" else args.device))

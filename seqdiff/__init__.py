@@ -11,7 +11,7 @@ Layers, from the bottom up (a module imports only from its own layer or below, w
   samplers/                 the loop of reverse steps, one sampler per file
   probes/, hf/              genomic probe protocol; export to and conversion from Hugging Face layouts
   training/, evaluation/    Lightning module and run; likelihoods, generation, metrics
-  cli.py, edlm/cli.py       the commands a person runs
+  cli.py, options.py, edlm/cli.py   the commands a person runs and their typed options
 
 A file named on a line overrides the folder it sits in (`edlm/cli.py` holds the `seqdiff edlm` commands,
 which use evaluation/). Nothing in seqdiff imports `pipelines` or `experiments`. tests/test_layers.py reads

