@@ -10,12 +10,13 @@ Layers, from the bottom up (a module imports only from its own layer or below, w
   edlm/                     energies on top of a frozen MDLM and the EDLM likelihood bound
   samplers/                 the loop of reverse steps, one sampler per file
   probes/, hf/              genomic probe protocol; export to and conversion from Hugging Face layouts
-  training/, evaluation/    Lightning module and run; likelihoods, generation, metrics
-  cli.py, edlm/cli.py       the commands a person runs
+  training/, evaluation/    Lightning module and run; likelihoods, generation, metrics, frontier, statistics
+  cli.py, edlm/cli.py, quickstart.py, bench/   the commands a person runs; the quickstart; the benchmarks
 
 A file named on a line overrides the folder it sits in (`edlm/cli.py` holds the `seqdiff edlm` commands,
-which use evaluation/). Nothing in seqdiff imports `pipelines` or `experiments`. tests/test_layers.py reads
-this table and checks every import of the package against it, those inside functions included.
+which use evaluation/). Nothing in seqdiff imports `experiments/` (the studies that write reports/, run
+from the repository root and not installed). tests/test_layers.py reads this table and checks every import
+of the package against it, those inside functions included.
 """
 
 __version__ = "0.1.0"

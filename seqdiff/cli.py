@@ -355,20 +355,20 @@ def cmd_score(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------------------------------------- others
 def cmd_quickstart(args: argparse.Namespace) -> int:
-    from pipelines.quickstart import run_quickstart
+    from seqdiff.quickstart import run_quickstart
 
     run_quickstart(out_dir=args.out, run_root=args.run_dir, max_steps=args.max_steps, overwrite=args.overwrite)
     return 0
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from pipelines.bench import main as bench_main
+    from seqdiff.bench import main as bench_main
 
     return bench_main(args.bench_args)
 
 
 def cmd_frontier(args: argparse.Namespace) -> int:
-    from pipelines.frontier import run_command
+    from seqdiff.evaluation.frontier import run_command
 
     return run_command(args)
 
@@ -571,7 +571,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("bench_args", nargs=argparse.REMAINDER)
     p.set_defaults(func=cmd_bench)
 
-    from pipelines.frontier import add_arguments as add_frontier_arguments
+    from seqdiff.evaluation.frontier import add_arguments as add_frontier_arguments
 
     p = sub.add_parser("frontier", help="generative perplexity, entropy and seconds per sample of every sampler "
                                         "across step counts (reports/generation)")
@@ -596,7 +596,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["bench"]:  # the benchmark parses its own options (argparse.REMAINDER drops leading -x)
-        from pipelines.bench import main as bench_main
+        from seqdiff.bench import main as bench_main
 
         return bench_main(argv[1:])
     args = build_parser().parse_args(argv)

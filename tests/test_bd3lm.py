@@ -450,7 +450,7 @@ def test_samplers_refuse_the_wrong_method_and_time_conditioning():
         BD3LMSampler(bd3lm(), SimpleNamespace(config=SimpleNamespace(time_conditioning=False, max_seq_len=8)))
 
 
-# ---------------------------------------------------------------------------------------------------- pipelines
+# ---------------------------------------------------------------------------------------------------- experiments
 FIXTURE = "tests/fixtures/shakespeare_tiny.txt"
 TINY = ["model.preset=test", "model.max_seq_len=32", "data.seq_len=32", "data.batch_size=4",
         f"data.train_file={FIXTURE}", f"data.valid_file={FIXTURE}", f"data.test_file={FIXTURE}",
@@ -613,7 +613,7 @@ def test_one_pass_forward_under_bf16_autocast():
 def test_experiment_command_writes_the_reports(tmp_path):
     import json
 
-    from pipelines import bd3lm_experiment
+    from experiments import bd3lm_experiment
 
     text = "to be or not to be that is the question whether tis nobler in the mind to suffer\n\n" * 6
     for split in ("train", "valid", "test"):

@@ -3,7 +3,7 @@
 A corpus is a folder with one file per split, `{split}.txt`, `{split}.txt.gz`, `{split}.jsonl` (one JSON
 object with a `text` field per line) or `{split}.parquet` (a string column `text`, one document per row).
 Corpora shipped inside the package are named in `BUILTIN_CORPORA`
-and described by a `manifest.json` beside their files (see `pipelines/make_shakespeare_slice.py`).
+and described by a `manifest.json` beside their files (see `experiments/make_shakespeare_slice.py`).
 
 Every problem with a file raises `DataFileError`, whose message names the file and what is wrong with it.
 """

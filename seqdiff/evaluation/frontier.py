@@ -479,7 +479,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run_command(args: argparse.Namespace) -> int:
-    """`seqdiff frontier` and `python -m pipelines.frontier`: run (or, with --render-only, re-render) and report."""
+    """`seqdiff frontier`, `python -m seqdiff.evaluation.frontier`: run (or with --render-only re-render), report."""
     if args.render_only:  # README / figures again from an earlier run's numbers
         render_existing(Path(args.out))
         return 0
