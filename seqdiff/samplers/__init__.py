@@ -27,7 +27,7 @@ SAMPLERS[ConfidenceSampler.name] = ConfidenceSampler
 SAMPLERS[ThresholdSampler.name] = ThresholdSampler
 SAMPLERS.update({cls.name: cls for cls in (BD3LMSampler, BD3LMUncachedSampler)})
 SAMPLERS.update({blocks.name: blocks for blocks in [within_blocks(cls) for cls in list(SAMPLERS.values())
-                                                    if "bd3lm" in cls.block_methods]})
+                                                    if set(BD3LMSampler.methods) & set(cls.block_methods)]})
 
 BLOCK_SAMPLERS: dict[tuple[str, str], str] = {
     (method, cls.inner_class.name): cls.name

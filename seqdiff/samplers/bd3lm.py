@@ -236,7 +236,7 @@ class BD3LMUncachedSampler(BD3LMSampler):
 def within_blocks(inner: type[Sampler], base: type[BD3LMSampler] = BD3LMSampler) -> type[BD3LMSampler]:
     """The block sampler `base` with `inner`'s reverse process inside every block, named `<base>_<inner>`
     (bd3lm_first_hitting); exact when `inner` is, its options (and `steps`, per block) those of `inner`."""
-    if base.name not in {"bd3lm", "bd3lm_uncached"} or "bd3lm" not in inner.block_methods:
+    if not issubclass(base, BD3LMSampler) or not set(base.methods) & set(inner.block_methods):
         raise TypeError(f"sampler {inner.name!r} cannot run inside the blocks of {base.name!r} "
                         f"(its block_methods: {list(inner.block_methods)})")
     attrs = {"name": f"{base.name}_{inner.name}", "inner_class": inner, "exact": inner.exact,
