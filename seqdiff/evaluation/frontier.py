@@ -43,13 +43,16 @@ FRONTIER_SAMPLERS: dict[str, tuple[str, ...]] = {
              "threshold"),
     "sedd": ("analytic",),
     "ar": ("ar",),
-    "bd3lm": ("bd3lm", "bd3lm_uncached"),  # steps are per block of method.block_size tokens
+    "bd3lm": ("bd3lm", "bd3lm_uncached",  # steps are per block of method.block_size tokens
+              "bd3lm_first_hitting", "bd3lm_remdm", "bd3lm_confidence", "bd3lm_threshold"),
 }
 """Registry: a checkpoint's method -> the samplers the frontier runs on it (edlm: with --edlm-energy only)."""
 LABELS = {"ancestral": "MDLM uncached", "cached": "MDLM cached", "analytic": "SEDD analytic", "edlm": "EDLM",
           "ar": "AR (KV cache)", "first_hitting": "MDLM first-hitting", "remdm": "ReMDM",
           "confidence": "MDLM confidence top-k", "threshold": "MDLM confidence threshold"}
 LABELS.update({"bd3lm": "BD3-LM (KV cache)", "bd3lm_uncached": "BD3-LM uncached"})
+LABELS.update({"bd3lm_first_hitting": "BD3-LM first-hitting", "bd3lm_remdm": "BD3-LM ReMDM",
+               "bd3lm_confidence": "BD3-LM confidence top-k", "bd3lm_threshold": "BD3-LM confidence threshold"})
 
 
 @dataclass
