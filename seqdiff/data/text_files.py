@@ -212,11 +212,16 @@ def _file_kind(path: Path) -> str:
     raise DataFileError(f"{path}: unsupported file type; expected a .txt, .txt.gz, .jsonl or .parquet file")
 
 
-def _read_bytes(path: Path) -> bytes:
+def require_file(path: Path) -> None:
+    """One line naming `path` when it is missing or a directory (what reading it would fail on first)."""
     if not path.exists():
         raise DataFileError(f"{path}: no such file")
     if path.is_dir():
         raise DataFileError(f"{path}: is a directory, not a file")
+
+
+def _read_bytes(path: Path) -> bytes:
+    require_file(path)
     try:
         return path.read_bytes()
     except OSError as e:
