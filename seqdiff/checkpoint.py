@@ -129,6 +129,15 @@ def read_checkpoint(path: Path) -> dict[str, Any]:
     return ckpt
 
 
+def read_checkpoint_or_run(path: str | Path) -> tuple[Path, dict[str, Any]]:
+    """(path, contents) of a .ckpt file or of a run directory's last.ckpt, which falls back to the newest
+    readable step*.ckpt (`latest_readable_checkpoint`); the path returned is the file actually read."""
+    path = resolve_checkpoint_path(path)
+    if path.name == LAST_CHECKPOINT.name:
+        return latest_readable_checkpoint(path)
+    return path, read_checkpoint(path)
+
+
 def _build(model_config: ModelConfig, method_config: MethodConfig, tokenizer: Tokenizer, path: Path):
     try:
         return build_model(model_config, method_config, tokenizer)
@@ -145,11 +154,7 @@ def load_checkpoint(path: str | Path, device: str | torch.device = "cpu", use_em
     """
     if is_exported_dir(path):
         return load_exported(path, device=device, tokenizer=tokenizer)
-    path = resolve_checkpoint_path(path)
-    if path.name == LAST_CHECKPOINT.name:
-        path, ckpt = latest_readable_checkpoint(path)
-    else:
-        ckpt = read_checkpoint(path)
+    path, ckpt = read_checkpoint_or_run(path)
     return model_from_checkpoint(ckpt, path, device=device, use_ema=use_ema, tokenizer=tokenizer)
 
 

@@ -377,20 +377,20 @@ def cmd_score(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------------------------------------- others
 def cmd_quickstart(args: argparse.Namespace) -> int:
-    from pipelines.quickstart import run_quickstart
+    from seqdiff.quickstart import run_quickstart
 
     run_quickstart(out_dir=args.out, run_root=args.run_dir, max_steps=args.max_steps, overwrite=args.overwrite)
     return 0
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from pipelines.bench import run
+    from seqdiff.bench.harness import run
 
     return run(args, args._parser, args.argv[1:])
 
 
 def cmd_frontier(args: argparse.Namespace) -> int:
-    from pipelines.frontier import run_command
+    from seqdiff.evaluation.frontier import run_command
 
     return run_command(args)
 
@@ -487,13 +487,13 @@ def _quickstart_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _bench_arguments(p: argparse.ArgumentParser) -> None:
-    from pipelines.bench import add_arguments
+    from seqdiff.bench.harness import add_arguments
 
     add_arguments(p)
 
 
 def _frontier_arguments(p: argparse.ArgumentParser) -> None:
-    from pipelines.frontier import add_arguments
+    from seqdiff.evaluation.frontier import add_arguments
 
     add_arguments(p)
 

@@ -450,7 +450,7 @@ def test_samplers_refuse_the_wrong_method_and_time_conditioning():
         BD3LMSampler(bd3lm(), SimpleNamespace(config=SimpleNamespace(time_conditioning=False, max_seq_len=8)))
 
 
-# ---------------------------------------------------------------------------------------------------- pipelines
+# ---------------------------------------------------------------------------------------------------- experiments
 FIXTURE = "tests/fixtures/shakespeare_tiny.txt"
 TINY = ["model.preset=test", "model.max_seq_len=32", "data.seq_len=32", "data.batch_size=4",
         f"data.train_file={FIXTURE}", f"data.valid_file={FIXTURE}", f"data.test_file={FIXTURE}",
@@ -490,7 +490,16 @@ def test_train_eval_sample_export(run, tmp_path, capsys):
                  "--sampler", "bd3lm_uncached"]) == 0
     capsys.readouterr()
     assert main(["sample", str(run), "--sampler", "cached", "--num-samples", "1"]) == 2
-    assert "cannot drive a 'bd3lm' model" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "cannot drive a 'bd3lm' model" in err and "'first_hitting'" in err and err.count("\n") == 1
+    # the MDLM samplers inside the blocks, by their short names: any length, the prompt kept, the label printed
+    for sampler, kind in (("first_hitting", "exact"), ("remdm", "approximate"), ("threshold", "approximate")):
+        assert main(["sample", str(run), "--sampler", sampler, "--num-samples", "2", "--seq-len", "70", "--steps",
+                     "4", "--prompt", "the "]) == 0
+        captured = capsys.readouterr()
+        texts = [block.split("\n", 1)[1] for block in captured.out.split("=== sample ")[1:]]
+        assert len(texts) == 2 and all(t.startswith("the ") for t in texts)
+        assert f"(bd3lm_{sampler} sampler, {kind})" in captured.err
 
     from transformers import AutoModelForMaskedLM
 
@@ -531,8 +540,11 @@ def test_frontier_runs_the_cached_and_uncached_bd3lm_samplers(run, tmp_path):
     assert main(["frontier", "--checkpoint", str(run), "--checkpoint", str(ar), "--oracle", str(ar), "--steps", "4",
                  "--length", "32", "--num-samples", "2", "--out", str(out)]) == 0
     rows = {r["sampler"]: r for r in json.loads((out / "frontier.json").read_text())["rows"]}
-    assert set(rows) == {"bd3lm", "bd3lm_uncached", "ar"}
+    inside = {"bd3lm_first_hitting", "bd3lm_remdm", "bd3lm_confidence", "bd3lm_threshold"}  # MDLM samplers in blocks
+    assert set(rows) == {"bd3lm", "bd3lm_uncached", "ar"} | inside
     assert rows["bd3lm"]["gen_perplexity"] == rows["bd3lm_uncached"]["gen_perplexity"]  # the same tokens
+    assert [name for name in sorted(inside) if rows[name]["exact"]] == ["bd3lm_first_hitting"]
+    assert rows["bd3lm_first_hitting"]["label"] == "BD3-LM first-hitting" and rows["bd3lm_threshold"]["steps"] == 32
 
 
 def test_dna_fasta_train_eval_sample(tmp_path, capsys):
@@ -613,7 +625,7 @@ def test_one_pass_forward_under_bf16_autocast():
 def test_experiment_command_writes_the_reports(tmp_path):
     import json
 
-    from pipelines import bd3lm_experiment
+    from experiments import bd3lm_experiment
 
     text = "to be or not to be that is the question whether tis nobler in the mind to suffer\n\n" * 6
     for split in ("train", "valid", "test"):
@@ -630,6 +642,7 @@ def test_experiment_command_writes_the_reports(tmp_path):
     assert results["methods"]["bd3lm_4"]["bound"] and results["methods"]["bd3lm_4"]["sampler"] == "bd3lm"
     assert (out / "shakespeare.md").is_file() and (out / "shakespeare_curves.png").is_file()
     rows = json.loads((out / "frontier_shakespeare" / "frontier.json").read_text())["rows"]
-    assert {r["sampler"] for r in rows} == {"ar", "bd3lm", "bd3lm_uncached"}
+    assert {r["sampler"] for r in rows} == {"ar", "bd3lm", "bd3lm_uncached", "bd3lm_first_hitting", "bd3lm_remdm",
+                                            "bd3lm_confidence", "bd3lm_threshold"}
     with pytest.raises(SystemExit):
         bd3lm_experiment.main(["--methods", "mdlm,bd3lm_4", "--run-root", str(tmp_path / "x")])

@@ -1,11 +1,11 @@
-"""pipelines.bert_init_anatomy: encoders between the pretrained and the fine-tuned one, scored like bert_init."""
+"""experiments.bert_init_anatomy: encoders between the pretrained and the fine-tuned one, scored like bert_init."""
 
 import json
 
 import pytest
 import torch
 
-from pipelines.bert_init_anatomy import AnatomyError, main, parse_alphas, part_of, restore, variants
+from experiments.bert_init_anatomy import AnatomyError, main, parse_alphas, part_of, restore, variants
 from seqdiff.backbones import build_backbone
 from seqdiff.backbones.wise_ft import encoder_keys, interpolate
 from seqdiff.config import ModelConfig
@@ -72,8 +72,8 @@ def test_a_run_dir_without_a_checkpoint_is_named(tmp_path, capsys):
 @pytest.mark.slow  # trains and scores the 6-layer MiniLM twice: 1-3 minutes on 2 cores
 @pytest.mark.requires_source("bert-vocab", "austen", "shakespeare")
 def test_the_endpoints_reproduce_the_bert_init_report(tmp_path, capsys):
-    """alpha = 1 is the fine-tuned model that pipelines.bert_init scored; alpha = 0 its pretrained encoder."""
-    from pipelines import bert_init
+    """alpha = 1 is the fine-tuned model that experiments.bert_init scored; alpha = 0 its pretrained encoder."""
+    from experiments import bert_init
 
     common = ["--eval-blocks", "2", "--t-samples", "1", "--austen-passages", "10", "--batch-size", "4"]
     assert bert_init.main(["--run-dir", str(tmp_path / "run"), "--out", str(tmp_path / "report"), "--max-steps", "2",

@@ -1,11 +1,11 @@
-"""pipelines.bert_init_seeds: the per-seed test and the rule over seeds, from results.json files (mechanics on
+"""experiments.bert_init_seeds: the per-seed test and the rule over seeds, from results.json files (mechanics on
 small hand-made results; the real reports are combined by the command in reports/bert_init)."""
 
 import json
 
 import pytest
 
-from pipelines.bert_init_seeds import SeedReportError, combine, main
+from experiments.bert_init_seeds import SeedReportError, combine, main
 
 MARGIN = 0.02
 
@@ -13,7 +13,7 @@ MARGIN = 0.02
 def _result(seed: int, intervals: dict, lr_scale: float = 0.03) -> dict:
     probes = {task: {"before": {"accuracy": 0.70}, "after": {"accuracy": 0.70 + (lo + hi) / 2},
                      "difference_interval": [lo, hi]} for task, (lo, hi) in intervals.items()}
-    return {"command": f"python -m pipelines.bert_init --seed {seed}", "noninferiority_margin": MARGIN,
+    return {"command": f"python -m experiments.bert_init --seed {seed}", "noninferiority_margin": MARGIN,
             "config": {"train": {"seed": seed, "backbone_lr_scale": lr_scale}, "sample": {"seed": seed}},
             "after": {"test": {"nll_nats_per_token": 7.0 + seed / 100}}, "probes": probes}
 
@@ -74,7 +74,7 @@ def test_cli_writes_the_table_with_its_command_and_refuses_bad_seeds(tmp_path, c
     assert main([*dirs, "--counted-seeds", "1,2", "--min-met", "2", "--declared-in", "abc123", "--out",
                  str(out)]) == 0
     text = (out / "README.md").read_text()
-    assert "python -m pipelines.bert_init_seeds" in text and "declared in abc123" in text
+    assert "python -m experiments.bert_init_seeds" in text and "declared in abc123" in text
     assert "met for 2 of 2 counted seeds (needed: 2): **no worse: shown**" in text
     assert json.loads((out / "results.json").read_text())["met_count"] == 2
     assert (out / "intervals.png").stat().st_size > 0

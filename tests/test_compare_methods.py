@@ -1,4 +1,4 @@
-"""Mechanics of pipelines/compare_methods.py on a 2-step, 32-wide recipe: every method trains from one shared
+"""Mechanics of experiments/compare_methods.py on a 2-step, 32-wide recipe: every method trains from one shared
 recipe, is scored and timed, the reports are written, finished runs are reused and a foreign run is refused."""
 
 import json
@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from pipelines import compare_methods as cm
+from experiments import compare_methods as cm
 
 TEXT = "to be or not to be that is the question whether tis nobler in the mind to suffer\n\n" * 6
 
@@ -40,7 +40,7 @@ def test_compare_trains_scores_times_and_reuses(tiny, capsys):
         total_bits = r["nll_nats_per_token"] * r["num_tokens"] / math.log(2)
         assert r["bits_per_character_of_text"] == pytest.approx(total_bits / len(TEXT), rel=1e-9)
     assert all((runs / m / cm.DONE_MARKER).is_file() for m in results["methods"])
-    assert results["command"].startswith("python -m pipelines.compare_methods --methods")
+    assert results["command"].startswith("python -m experiments.compare_methods --methods")
     md = (out / "t.md").read_text()
     assert results["command"] in md and "| sedd_uniform |" in md
     assert (out / "t_curves.png").stat().st_size > 1000

@@ -54,7 +54,7 @@ def test_compiled_training_matches_eager(tmp_path):
 
 
 def test_bench_compile_needs_an_untimed_warm_up_step(capsys):
-    from pipelines.bench import main as bench_main
+    from seqdiff.bench import main as bench_main
 
     with pytest.raises(SystemExit) as e:
         bench_main(["--compile", "--warmup", "0"])

@@ -20,7 +20,7 @@ def test_every_recipe_loads_and_round_trips(path):
 
 
 def test_quickstart_recipe_file_equals_embedded_default():
-    from pipelines.quickstart import QUICKSTART
+    from seqdiff.quickstart import QUICKSTART
 
     path = next(p for p in CONFIGS if p.name == "quickstart.yaml")
     assert load_run_config(path) == QUICKSTART

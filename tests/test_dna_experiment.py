@@ -1,4 +1,4 @@
-"""The DNA experiment pipeline (pipelines/dna_experiment.py) on the real chr20 slices in tests/fixtures."""
+"""The DNA experiment pipeline (experiments/dna_experiment.py) on the real chr20 slices in tests/fixtures."""
 
 import json
 import shutil
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from pipelines import dna_experiment as X
+from experiments import dna_experiment as X
 from seqdiff.config import load_run_config
 from seqdiff.data import build_data_module
 from seqdiff.evaluation.metrics import kmer_spectrum
@@ -89,6 +89,6 @@ def test_pipeline_end_to_end_on_slices(slices, tmp_path, monkeypatch):
     assert fa.startswith(">sample_0") and fa.count(">sample_") == 4
     assert 0 <= summary["models"]["mdlm"]["sampling"]["non_acgt_fraction"] <= 1
     readme = (out / "README.md").read_text()
-    assert readme.startswith("# DNA") and "python -m pipelines.dna_experiment --runs" in readme
+    assert readme.startswith("# DNA") and "python -m experiments.dna_experiment --runs" in readme
     assert (out / "val_curves.png").is_file() and (out / "realism.png").is_file()
     assert np.isfinite(summary["markov"]["order_2"])

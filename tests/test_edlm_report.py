@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.edlm_experiment import _generation_reading, plots, write_readme
+from experiments.edlm_experiment import _generation_reading, plots, write_readme
 
 SUMMARY = Path(__file__).resolve().parents[1] / "reports" / "edlm" / "separate_oracle" / "summary.json"
 
@@ -51,7 +51,7 @@ def test_plots_are_written(summary, tmp_path):
 def test_points_beyond_mdlms_range_are_credited_only_when_better_and_faster(summary, tmp_path):
     """An EDLM point whose interval lies below every MDLM interval has no interpolated speed-up; the goal counts
     it as met only when it is also >= 1.3x faster than MDLM's best point."""
-    from pipelines.edlm_experiment import beyond_mdlm, goals
+    from experiments.edlm_experiment import beyond_mdlm, goals
 
     best = min(summary["generation"]["MDLM"], key=lambda m: m["gen_perplexity"])
     assert beyond_mdlm(summary, "EDLM-AR") == []  # the committed run has no such point
@@ -89,7 +89,7 @@ def test_readme_without_ablation_and_with_other_k_and_w(summary, tmp_path):
     (["--from-summary"], "summary.json does not exist"),
 ])
 def test_bad_options_fail_before_any_work(tmp_path, capsys, args, message):
-    from pipelines.edlm_experiment import main
+    from experiments.edlm_experiment import main
 
     with pytest.raises(SystemExit):
         main(["--out", str(tmp_path / "none"), *args])

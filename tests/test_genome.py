@@ -13,7 +13,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from pipelines import fetch_grch37
+from experiments import fetch_grch37
 from seqdiff.config import ConfigError, DataConfig, FastaDataConfig, load_run_config
 from seqdiff.data import build_data_module, data_module_class
 from seqdiff.data import genome as G

@@ -1,4 +1,4 @@
-"""pipelines.gpu_check without a GPU: the peak table, the MFU formula, the FLOP count, the report, the run logic."""
+"""seqdiff.bench.gpu_check without a GPU: the peak table, the MFU formula, the FLOP count, the report, the run."""
 
 import json
 
@@ -6,8 +6,8 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from pipelines import gpu_check
 from seqdiff.backbones import build_backbone
+from seqdiff.bench import gpu_check
 from seqdiff.config import MODEL_PRESETS, ModelConfig
 
 
@@ -56,7 +56,7 @@ def test_flops_per_token_counts_the_matmuls_of_a_training_step(causal):
 def test_report_is_written_from_the_result(tmp_path):
     run = {"tokens_per_s": 1234.5, "step_s_median": 0.5, "mfu": 0.4123, "peak_memory_gb": 12.25, "compiled": True,
            "final_train_loss": 1.5}
-    result = {"command": "python -m pipelines.gpu_check", "date": "d", "device_name": "NVIDIA H200", "torch": "t",
+    result = {"command": "python -m seqdiff.bench.gpu_check", "date": "d", "device_name": "NVIDIA H200", "torch": "t",
               "precision": "bf16 autocast", "peak_flops": 989.4e12, "peak_source": "table",
               "config": {"preset": "small", "seq_len": 1024, "batch_size": 32, "micro_batch_size": 16, "steps": 300,
                          "skip_steps": 30, "compile": True},
@@ -64,7 +64,8 @@ def test_report_is_written_from_the_result(tmp_path):
     gpu_check.write_report(tmp_path, result)
     assert json.loads((tmp_path / "gpu_check.json").read_text()) == result
     md = (tmp_path / "README.md").read_text()
-    assert "`python -m pipelines.gpu_check`" in md and "| mdlm | 1,234 | 0.5000 | 41.2% | 12.2 | True | 1.500 |" in md
+    assert "`python -m seqdiff.bench.gpu_check`" in md
+    assert "| mdlm | 1,234 | 0.5000 | 41.2% | 12.2 | True | 1.500 |" in md
     assert "MDLM step time / AR step time: 1.250" in md
 
 

@@ -29,11 +29,6 @@ MODULE_STRING = re.compile(r"seqdiff(\.\w+)+(:\w+)?")
 # Known exceptions: (importer, imported) module pairs, each with the reason it is allowed for now. The test
 # also fails on an entry that no longer matches an edge, so the list cannot outlive its reasons.
 ALLOWED: dict[tuple[str, str], str] = {
-    # issue 20 item 1 moves the quickstart, the benchmark harness and the sampler frontier into seqdiff/;
-    # until then `seqdiff quickstart / bench / frontier` reach them late, inside their handlers
-    ("seqdiff.cli", "pipelines.quickstart"): "issue 20 item 1",
-    ("seqdiff.cli", "pipelines.bench"): "issue 20 item 1",
-    ("seqdiff.cli", "pipelines.frontier"): "issue 20 item 1",
     # config.py fills `{registry:NAME}` in field docstrings with the registries' current keys, naming them by
     # module path (REGISTRY_KEYS) and importing them only when help text is built, so that a help text cannot
     # go stale; the configs stay below the code they configure at import time
@@ -225,6 +220,18 @@ def test_nothing_in_seqdiff_imports_pipelines_or_experiments():
     assert not bad, "seqdiff must not import pipelines/ or experiments/:\n" + "\n".join(bad)
 
 
+IMPORT_LINE = re.compile(r"^\s*(?:from|import)\s+(?:pipelines|experiments)\b"
+                         r"|import_module\(\s*[\"'](?:pipelines|experiments)\b", re.MULTILINE)
+
+
+def test_no_file_in_seqdiff_names_experiments_in_an_import():
+    """A plain-text check beside the graph one: no import line, and no importlib.import_module of a name,
+    reaches `experiments` (the studies, not installed) or `pipelines` (their old home) from seqdiff/."""
+    bad = [f"  {path.relative_to(PACKAGE.parent)}: {m.group(0).strip()}"
+           for path in sorted(PACKAGE.rglob("*.py")) for m in IMPORT_LINE.finditer(path.read_text(encoding="utf-8"))]
+    assert not bad, "seqdiff must not import experiments/ or pipelines/:\n" + "\n".join(bad)
+
+
 def test_every_allowed_exception_is_still_needed():
     edges = {(a, b) for a, targets in import_graph().items() for b in targets}
     stale = sorted(set(ALLOWED) - edges)
@@ -260,20 +267,22 @@ def test_the_checks_fail_on_a_cycle_an_upward_import_and_a_relative_one(tiny_pac
         "low/b.py": "from . import a\nfrom ..high.c import g\n",
         "high/__init__.py": "",
         "high/c.py": "from seqdiff.errors import SeqdiffError\nNAME = 'seqdiff.top:main'\n",
-        "top.py": "import pipelines.quickstart\n",
+        "top.py": "import experiments.quickstart_sweep\n",
     })
     graph = import_graph()
     assert graph["seqdiff.low.a"] == {"seqdiff.low.b"}
     assert graph["seqdiff.low.b"] == {"seqdiff.low.a", "seqdiff.high.c"}
     assert graph["seqdiff.high.c"] == {"seqdiff.errors", "seqdiff.top"}
-    assert graph["seqdiff.top"] == {"pipelines.quickstart"}
+    assert graph["seqdiff.top"] == {"experiments.quickstart_sweep"}
     test_the_layer_table_matches_the_tree()
     with pytest.raises(AssertionError, match=r"\{seqdiff.low.a, seqdiff.low.b\}"):
         test_no_import_cycle_between_modules()
     with pytest.raises(AssertionError, match=r"seqdiff.low.b \(layer 1: low/\) -> seqdiff.high.c \(layer 2"):
         test_no_import_runs_up_the_layers()
-    with pytest.raises(AssertionError, match="seqdiff.top -> pipelines.quickstart"):
+    with pytest.raises(AssertionError, match="seqdiff.top -> experiments.quickstart_sweep"):
         test_nothing_in_seqdiff_imports_pipelines_or_experiments()
+    with pytest.raises(AssertionError, match="top.py: import experiments"):
+        test_no_file_in_seqdiff_names_experiments_in_an_import()
 
 
 def test_the_checks_fail_on_a_folder_cycle_and_an_unplaced_module(tiny_package):

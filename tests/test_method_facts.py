@@ -93,7 +93,7 @@ def test_the_finder_finds():
 
 def test_no_module_compares_a_method_name_with_ar():
     found = []
-    for folder in ("seqdiff", "pipelines"):
+    for folder in ("seqdiff", "experiments"):
         for path in sorted((ROOT / folder).rglob("*.py")):
             found += [f"{path.relative_to(ROOT)}:{line}" for line in _name_comparisons(ast.parse(path.read_text()))]
     assert found == [], ("method facts are class attributes (exact_likelihood, causal, default_sampler): "

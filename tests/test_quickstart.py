@@ -4,7 +4,7 @@ from seqdiff.cli import main
 
 
 def test_quickstart_end_to_end_and_reuse(tmp_path, capsys, monkeypatch):
-    import pipelines.quickstart as qs
+    import seqdiff.quickstart as qs
 
     monkeypatch.setattr(qs, "NUM_T_SAMPLES", 1)  # the full test play is still scored, once
     out, runs = tmp_path / "report", tmp_path / "runs"
@@ -36,7 +36,7 @@ def test_quickstart_end_to_end_and_reuse(tmp_path, capsys, monkeypatch):
 def test_sweep_candidates_are_valid_recipes_and_bad_names_are_refused(capsys):
     import pytest
 
-    from pipelines import quickstart_sweep as sweep
+    from experiments import quickstart_sweep as sweep
 
     for name, overrides in sweep.CANDIDATES.items():
         for method in ("mdlm", "ar"):

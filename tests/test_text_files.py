@@ -285,7 +285,7 @@ def test_shakespeare_splits_are_disjoint_whole_works(shakespeare, manifest):
 def test_shakespeare_manifest_sha256_matches_files(manifest):
     folder = BUILTIN_CORPORA["shakespeare"]
     assert re.fullmatch(r"[0-9a-f]{64}", manifest["source"]["sha256"])
-    assert manifest["command"].startswith("python -m pipelines.make_shakespeare_slice")
+    assert manifest["command"].startswith("python -m experiments.make_shakespeare_slice")
     total = 0
     for split in SPLITS:
         info = manifest["splits"][split]
@@ -310,8 +310,8 @@ def test_tiny_fixture_is_the_start_of_the_test_split(shakespeare):
 
 
 def test_slice_script_rejects_unexpected_layouts():
-    from pipelines.make_shakespeare_slice import SPLITS as ASSIGNMENT
-    from pipelines.make_shakespeare_slice import SliceError, clean_work, gzip_bytes
+    from experiments.make_shakespeare_slice import SPLITS as ASSIGNMENT
+    from experiments.make_shakespeare_slice import SliceError, clean_work, gzip_bytes
 
     body = "\n".join(f"Line {i} of the play, spoken well." for i in range(100))
     raw = f"A PLAY\n\nby William Shakespeare\n\n\n\n\nACT I.\n\n\n\n{body}\n\nTHE END\n"

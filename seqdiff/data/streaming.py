@@ -43,7 +43,14 @@ from typing import Any
 import numpy as np
 
 from seqdiff.config import DataConfig
-from seqdiff.data.text_files import DataFileError, _file_kind, iter_parquet_documents, jsonl_document, split_documents
+from seqdiff.data.text_files import (
+    DataFileError,
+    _file_kind,
+    iter_parquet_documents,
+    jsonl_document,
+    require_file,
+    split_documents,
+)
 from seqdiff.tokenizers import tokenizer_from_dict
 from seqdiff.tokenizers.base import Tokenizer, TokenizerError
 
@@ -65,10 +72,7 @@ SAFE_CUTS: dict[str, str] = {
 
 # ---------------------------------------------------------------------------------------------- reading
 def _byte_blocks(path: Path, read_bytes: int) -> Iterator[bytes]:
-    if not path.exists():
-        raise DataFileError(f"{path}: no such file")
-    if path.is_dir():
-        raise DataFileError(f"{path}: is a directory, not a file")
+    require_file(path)
     opener = gzip.open if _file_kind(path) == "txt.gz" else open
     try:
         with opener(path, "rb") as f:

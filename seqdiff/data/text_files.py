@@ -3,7 +3,7 @@
 A corpus is a folder with one file per split, `{split}.txt`, `{split}.txt.gz`, `{split}.jsonl` (one JSON
 object with a `text` field per line) or `{split}.parquet` (a string column `text`, one document per row).
 Corpora shipped inside the package are named in `BUILTIN_CORPORA`
-and described by a `manifest.json` beside their files (see `pipelines/make_shakespeare_slice.py`).
+and described by a `manifest.json` beside their files (see `experiments/make_shakespeare_slice.py`).
 
 Every problem with a file raises `DataFileError`, whose message names the file and what is wrong with it.
 """
@@ -212,11 +212,16 @@ def _file_kind(path: Path) -> str:
     raise DataFileError(f"{path}: unsupported file type; expected a .txt, .txt.gz, .jsonl or .parquet file")
 
 
-def _read_bytes(path: Path) -> bytes:
+def require_file(path: Path) -> None:
+    """One line naming `path` when it is missing or a directory (what reading it would fail on first)."""
     if not path.exists():
         raise DataFileError(f"{path}: no such file")
     if path.is_dir():
         raise DataFileError(f"{path}: is a directory, not a file")
+
+
+def _read_bytes(path: Path) -> bytes:
+    require_file(path)
     try:
         return path.read_bytes()
     except OSError as e:

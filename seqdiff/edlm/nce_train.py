@@ -5,7 +5,7 @@ cleanly).
 Each step: blocks x0 of training text (random windows), t from MDLM's time sampler and x_t ~ q(x_t | x0);
 negatives x0' ~ mu(. | x_t) from the frozen MDLM (same x_t, so the classifier must tell data from mu's
 draws at equal noise); loss = softplus(E(x0, x_t)) + softplus(-E(x0', x_t)) (seqdiff.edlm.nce_energy).
-AdamW with linear warm-up; every draw from one seeded generator; the energy is saved with its config and
+AdamW with linear warm-up (seqdiff.optim); every draw from one seeded generator; the energy is saved with its config and
 the MDLM it was trained against.
 """
 
@@ -22,6 +22,7 @@ import torch
 from seqdiff.checkpoint import LoadedModel
 from seqdiff.edlm.base import EnergyError, draw_candidates
 from seqdiff.edlm.nce_energy import EnergyNet, nce_loss, save_energy_net
+from seqdiff.optim import adamw_with_warmup, lr_multiplier
 
 
 @dataclass
@@ -62,8 +63,8 @@ def train_nce(mdlm: LoadedModel, tokens: np.ndarray, cfg: NCEConfig, out: str | 
     for p in backbone.parameters():
         p.requires_grad_(False)
     net = EnergyNet.from_mdlm(backbone, mdlm.tokenizer.vocab_size, mdlm.tokenizer.mask_id).train()
-    opt = torch.optim.AdamW(net.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: min(1.0, (step + 1) / max(1, cfg.warmup_steps)))
+    opt, sched = adamw_with_warmup(net.parameters(), lr_multiplier(cfg.warmup_steps), lr=cfg.lr,
+                                   weight_decay=cfg.weight_decay)
     g = torch.Generator().manual_seed(cfg.seed)
     log: list[dict] = []
     start = time.perf_counter()

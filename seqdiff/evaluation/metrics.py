@@ -241,8 +241,22 @@ def generation_metrics(token_samples: Sequence[torch.Tensor], texts: Sequence[st
     if dna:
         out.update(dna_metrics(texts, reference))
     if oracle is not None:
-        total, n = oracle.nll(texts)
+        per_text = [oracle.nll([text]) for text in texts]  # (NLL sum, tokens) of each sample
+        total, n = sum(t for t, _ in per_text), sum(k for _, k in per_text)
         out["oracle_tokens"] = n
         out["oracle_nll_nats_per_token"] = total / n if n else float("nan")
+        out["oracle_nll_se"] = ratio_standard_error([t for t, _ in per_text], [k for _, k in per_text])
         out["gen_perplexity"] = math.exp(total / n) if n else float("nan")
     return out
+
+
+def ratio_standard_error(totals: Sequence[float], counts: Sequence[int]) -> float:
+    """Standard error of the token-weighted mean sum(totals) / sum(counts) over independent samples (the
+    delta-method / ratio-estimator form, sqrt(m / (m - 1) * sum_i (y_i - r n_i)^2) / N): the s.e. of the
+    log generative perplexity, so two samplers' perplexities compare by |log ratio| against 2 s.e. With equal
+    counts it is the plain s.e. of the per-sample means. NaN with fewer than two samples."""
+    m, big_n = len(totals), sum(counts)
+    if m < 2 or big_n == 0:
+        return float("nan")
+    r = sum(totals) / big_n
+    return math.sqrt(m / (m - 1) * sum((y - r * k) ** 2 for y, k in zip(totals, counts))) / big_n

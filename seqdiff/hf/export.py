@@ -39,11 +39,9 @@ from seqdiff.checkpoint import (
     CheckpointError,
     LoadedModel,
     is_exported_dir,
-    latest_readable_checkpoint,
     load_exported,
     model_from_checkpoint,
-    read_checkpoint,
-    resolve_checkpoint_path,
+    read_checkpoint_or_run,
 )
 from seqdiff.config import ConfigError, DataConfig, MethodConfig, ModelConfig, to_dict
 from seqdiff.hf.tokenizer_json import write_hf_tokenizer
@@ -77,11 +75,7 @@ def export_checkpoint(checkpoint: str | Path, out_dir: str | Path, use_ema: bool
     if is_exported_dir(source):
         model = load_exported(source)
     else:
-        path = resolve_checkpoint_path(source)
-        if path.name == LAST_CHECKPOINT.name:
-            path, ckpt = latest_readable_checkpoint(path)
-        else:
-            ckpt = read_checkpoint(path)
+        path, ckpt = read_checkpoint_or_run(source)
         if not ckpt["hyper_parameters"].get("tokenizer"):
             raise ExportError(f"checkpoint {path} holds no tokenizer, so the exported model could not encode or "
                               f"decode text; export a checkpoint written by `seqdiff train`, which stores its "

@@ -29,6 +29,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, TensorDataset
 
+from seqdiff.optim import adamw_with_warmup, lightning_optimizers, lr_multiplier
 from seqdiff.probes.data import ProbeError
 from seqdiff.probes.linear import fit_logistic_model
 
@@ -118,10 +119,8 @@ class SequenceClassifier(L.LightningModule):
     def configure_optimizers(self):
         groups = [{"params": list(self.head.parameters()), "lr": self.hparams.lr},
                   {"params": list(self.encoder.parameters()), "lr": self.hparams.lr * self.hparams.encoder_lr_scale}]
-        optimizer = torch.optim.AdamW([g for g in groups if g["params"]], weight_decay=self.hparams.weight_decay)
-        warmup = max(1, self.hparams.warmup_steps)
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / warmup))
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+        return lightning_optimizers(*adamw_with_warmup(groups, lr_multiplier(self.hparams.warmup_steps),
+                                                       lr=self.hparams.lr, weight_decay=self.hparams.weight_decay))
 
 
 def loader(ids: Tensor, mask: Tensor, labels: Tensor, batch_size: int, shuffle: bool, seed: int = 0) -> DataLoader:

@@ -2,13 +2,20 @@
 
 Samplers own no math (that lives in the method) and no global randomness: every draw goes through the
 `torch.Generator` passed to `generate`, so equal seeds give equal samples.
+
+A sampler whose reverse process fits any masked sequence given a denoiser (first-hitting, ReMDM, confidence,
+threshold) exposes it as `reverse_process(x, denoise, generator)`, the whole of its update with the network
+behind a `Denoiser`. Its own `generate` (MDLM) runs it once on the whole sequence with the backbone as the
+denoiser; a block-diffusion method's block sampler (seqdiff.samplers.bd3lm) runs it once per block with the
+block's denoiser (the block read after its clean prefix through the KV cache). `block_methods` names the
+methods it runs inside that way: one reverse process, two drivers, no second copy of either loop.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Callable, ClassVar
 
 import torch
 from torch import Tensor, nn
@@ -19,6 +26,12 @@ from seqdiff.methods.base import Method
 
 class SamplerError(SeqdiffError):
     """A sampler that cannot be used with this checkpoint (method or conditioning mismatch)."""
+
+
+Denoiser = Callable[[Tensor, Tensor, "Tensor | None"], Tensor]
+"""x_theta as SUBS logits: denoise(x_t (b, n) long, t (b,) float64, rows (B,) bool | None) -> (b, n, V). `rows`
+says which of the B sequences being generated x_t holds (None: all, b = B), for denoisers that hold per-row
+context (a block's clean prefix and its KV cache); t is the noise level a time-conditioned backbone sees."""
 
 
 @dataclass
@@ -39,6 +52,9 @@ class Sampler(ABC):
     """Whether the sampler draws tokens from an explicit categorical that nucleus filtering applies to."""
     uses_steps: ClassVar[bool] = True
     """Whether `steps` sets the cost (False: one call per token or data-dependent, e.g. AR, first-hitting)."""
+    block_methods: ClassVar[tuple[str, ...]] = ()
+    """Block-diffusion methods inside whose blocks `reverse_process` runs, driven by the method's block sampler
+    (bd3lm: `sample.sampler=first_hitting` on a bd3lm run is `bd3lm_first_hitting`); `generate` refuses them."""
     exact: ClassVar[bool]
     """True when the sampler draws from the model's own reverse process (at temperature 1, top_p 1), so an exact
     denoiser reproduces the data distribution; False for approximations (tau-leaping, importance sampling with
@@ -46,7 +62,7 @@ class Sampler(ABC):
 
     def __init__(self, method: Method, backbone: nn.Module, steps: int = 128, temperature: float = 1.0,
                  top_p: float = 1.0):
-        if method.name not in self.methods:
+        if method.name not in self.methods + self.block_methods:
             raise SamplerError(
                 f"--sampler {self.name} (sample.sampler) cannot drive a {method.name!r} model; it works with "
                 f"{list(self.methods)}"
@@ -100,6 +116,9 @@ class Sampler(ABC):
 
     def prepare(self, batch_size: int, seq_len: int, given: Tensor | None) -> tuple[torch.device, Tensor | None]:
         """The checks every `generate` starts with: (the backbone's device, `given` checked and on it)."""
+        if self.method.name not in self.methods:  # built for a block method: only its block sampler runs it
+            raise SamplerError(f"sampler {self.name!r} runs a {self.method.name!r} model only inside its blocks: build "
+                               f"it with build_sampler (sample.sampler={self.name} on a {self.method.name} run)")
         self.check_length(seq_len)
         device = next(self.backbone.parameters()).device
         return device, self.check_given(given, batch_size, seq_len, self.method.vocab_size, device)
@@ -119,6 +138,20 @@ class Sampler(ABC):
         if ((given < -1) | (given >= vocab_size)).any():
             raise SamplerError(f"given holds ids outside [-1, {vocab_size}): use -1 for free positions")
         return given
+
+    def denoiser(self) -> Denoiser:
+        """The whole-sequence denoiser: the backbone's SUBS logits on x_t at the noise level of t."""
+        method, backbone = self.method, self.backbone
+
+        def denoise(x: Tensor, t: Tensor, rows: Tensor | None = None) -> Tensor:
+            return method.subs_logits(backbone(x, noise_level=method.noise_level(t.float())))  # (b, n, V)
+
+        return denoise
+
+    def reverse_process(self, x: Tensor, denoise: Denoiser, generator: torch.Generator | None) -> tuple[Tensor, int]:
+        """The sampler's whole reverse process on x (B, n): MASK positions are free, the others given (kept as they
+        are); returns (x with no MASK left, denoiser calls). Samplers with `block_methods` implement it."""
+        raise NotImplementedError(f"sampler {self.name!r} has no reverse_process")
 
     @abstractmethod
     @torch.no_grad()

@@ -30,18 +30,27 @@ Design choices
   earlier block: the model is left to right across blocks.
 - Time-conditioned models are refused: the cache holds the prefix computed once, which a time-conditioned
   denoiser would need at every noise level (bd3lm trains without time conditioning).
+- Pluggable within-block step: the block loop (`generate`: blocks, prompt, KV cache, sliding window, EOS) is
+  written once; what fills a block is `fill_block`, by default the MDLM reverse process above, or, in the
+  samplers `within_blocks` builds (registered as bd3lm_first_hitting, bd3lm_remdm, bd3lm_confidence,
+  bd3lm_threshold; `sample.sampler=first_hitting` on a bd3lm run picks bd3lm_first_hitting), another
+  sampler's `reverse_process` (seqdiff.samplers.base) run on the block with the block's denoiser
+  (`block_denoiser`: the block after its clean prefix, through the cache). Such a sampler is exact when its
+  inner one is: each block's conditional is drawn by the inner process, across blocks the chain rule is exact.
+  A block with nothing left to fill (a prompt covering it) costs no call.
 """
 
 from __future__ import annotations
 
 import math
+from typing import ClassVar
 
 import torch
 from torch import Tensor
 
 from seqdiff.categorical import probs_from_logits
 from seqdiff.methods.bd3lm import block_causal_mask
-from seqdiff.samplers.base import SampleOutput, Sampler, SamplerError
+from seqdiff.samplers.base import Denoiser, SampleOutput, Sampler, SamplerError
 
 
 class BD3LMSampler(Sampler):
@@ -52,14 +61,25 @@ class BD3LMSampler(Sampler):
     any_length = True
     """Generates any length itself: no semi-autoregressive wrapping, no context check on seq_len."""
     use_kv_cache = True
+    inner_class: ClassVar[type[Sampler] | None] = None
+    """The sampler whose `reverse_process` fills each block (None: this sampler's MDLM reverse process)."""
 
     def __init__(self, method, backbone, steps: int = 128, temperature: float = 1.0, top_p: float = 1.0,
-                 stop_at_eos: bool = False, context: int | None = None):
+                 stop_at_eos: bool = False, context: int | None = None, **inner_options):
         super().__init__(method, backbone, steps=steps, temperature=temperature, top_p=top_p)
+        if self.inner_class is None and inner_options:
+            raise TypeError(f"sampler {self.name!r} takes no options {sorted(inner_options)}")
+        self.inner = None if self.inner_class is None else self.inner_class(
+            method, backbone, steps=steps, temperature=temperature, top_p=top_p, **inner_options)
+        """The within-block sampler (its options checked by its own constructor), or None."""
         self.stop_at_eos = stop_at_eos
         """Stop once every row holds a generated EOS (the output may then be shorter than seq_len)."""
         self.context = context
         """Tokens the denoiser may see (clean window + noisy block); None: the backbone's max_seq_len."""
+
+    @classmethod
+    def options_from_config(cls, cfg) -> dict:
+        return {} if cls.inner_class is None else cls.inner_class.options_from_config(cfg)
 
     def check_compatible(self) -> None:
         cfg = self.backbone.config
@@ -95,20 +115,34 @@ class BD3LMSampler(Sampler):
         """x_theta as float64 (b, L', V): SUBS (no MASK mass), temperature, nucleus filter."""
         return probs_from_logits(self.method.subs_logits(logits), self.temperature, self.top_p)
 
+    def _logits(self, block: Tensor, prefix: Tensor, cache) -> Tensor:
+        """The backbone's logits (b, L', V) for the block x_t^b read after its clean prefix x^<b (b rows of each)."""
+        if cache is not None:
+            return self.backbone(block, kv_cache=cache, update_cache=False)  # (b, L', V)
+        if prefix.shape[1] == 0:
+            return self.backbone(block)
+        seq = torch.cat([prefix, block], dim=1)  # (b, P + L')
+        mask = block_causal_mask(seq.shape[1], self.method.block_size, str(seq.device))
+        return self.backbone(seq, attn_mask=mask)[:, -block.shape[1]:]
+
     def _denoise(self, block: Tensor, prefix: Tensor, cache, rows: Tensor | None) -> Tensor:
         """x_theta(x_t^b | x^<b) for the rows `rows` (None: all): (b, L', V) float64."""
         if rows is not None:
             block, prefix = block[rows], prefix[rows]
-        if cache is not None:
-            sub = cache if rows is None else cache.select_rows(rows)
-            logits = self.backbone(block, kv_cache=sub, update_cache=False)  # (b, L', V)
-        elif prefix.shape[1] == 0:
-            logits = self.backbone(block)
-        else:
-            seq = torch.cat([prefix, block], dim=1)  # (b, P + L')
-            mask = block_causal_mask(seq.shape[1], self.method.block_size, str(seq.device))
-            logits = self.backbone(seq, attn_mask=mask)[:, -block.shape[1]:]
-        return self._probs(logits)
+            cache = None if cache is None else cache.select_rows(rows)
+        return self._probs(self._logits(block, prefix, cache))
+
+    def block_denoiser(self, prefix: Tensor, cache) -> Denoiser:
+        """The current block's denoiser for a within-block sampler: SUBS logits of x_t (its rows `rows` of the B
+        being generated) read after their clean prefix (B, P), through the cache when there is one. The time is
+        not used: the model has no time conditioning (check_compatible)."""
+        def denoise(x: Tensor, t: Tensor, rows: Tensor | None = None) -> Tensor:
+            if rows is None:
+                return self.method.subs_logits(self._logits(x, prefix, cache))
+            sub = None if cache is None else cache.select_rows(rows)
+            return self.method.subs_logits(self._logits(x, prefix[rows], sub))  # (b, L', V)
+
+        return denoise
 
     def _feed(self, tokens: Tensor, cache, attn_mask: Tensor | None = None) -> None:
         """Write clean tokens into the cache (their hidden states are not needed, only their keys / values)."""
@@ -141,6 +175,14 @@ class BD3LMSampler(Sampler):
             block = method.fill_remaining(probs, block)
         return block, calls
 
+    def fill_block(self, block: Tensor, prefix: Tensor, cache, generator) -> tuple[Tensor, int]:
+        """Reveal every MASK of the block (B, L') given its clean prefix: (block, denoiser calls)."""
+        if self.inner is None:
+            return self.denoise_block(block, prefix, cache, generator)
+        if not (block == self.method.mask_id).any():
+            return block, 0  # nothing to fill (e.g. a prompt covers the block)
+        return self.inner.reverse_process(block, self.block_denoiser(prefix, cache), generator)
+
     # ------------------------------------------------------------------ loop
     @torch.no_grad()
     def generate(self, batch_size: int, seq_len: int, generator: torch.Generator | None = None,
@@ -172,7 +214,7 @@ class BD3LMSampler(Sampler):
                     self._feed(x[:, start:lo], cache, attn_mask=block_causal_mask(lo - start, Lb, str(device)))
                     calls += 1
                 cache_start = start
-            block, n = self.denoise_block(x[:, lo:hi], x[:, start:lo], cache, generator)
+            block, n = self.fill_block(x[:, lo:hi], x[:, start:lo], cache, generator)
             x[:, lo:hi] = block
             calls += n
             if self.stop_at_eos and ((x[:, :hi] == method.eos_id) & free[:, :hi]).any(dim=-1).all():
@@ -191,4 +233,18 @@ class BD3LMUncachedSampler(BD3LMSampler):
     use_kv_cache = False
 
 
-__all__ = ["BD3LMSampler", "BD3LMUncachedSampler"]
+def within_blocks(inner: type[Sampler], base: type[BD3LMSampler] = BD3LMSampler) -> type[BD3LMSampler]:
+    """The block sampler `base` with `inner`'s reverse process inside every block, named `<base>_<inner>`
+    (bd3lm_first_hitting); exact when `inner` is, its options (and `steps`, per block) those of `inner`."""
+    if not issubclass(base, BD3LMSampler) or not set(base.methods) & set(inner.block_methods):
+        raise TypeError(f"sampler {inner.name!r} cannot run inside the blocks of {base.name!r} "
+                        f"(its block_methods: {list(inner.block_methods)})")
+    attrs = {"name": f"{base.name}_{inner.name}", "inner_class": inner, "exact": inner.exact,
+             "uses_steps": inner.uses_steps, "supports_top_p": inner.supports_top_p, "__module__": __name__,
+             "__doc__": f"BD3-LM block by block, each block filled by the {inner.name!r} sampler's reverse process."}
+    if hasattr(inner, "stats"):
+        attrs["stats"] = lambda self: self.inner.stats()
+    return type(f"{base.__name__.removesuffix('Sampler')}{inner.__name__.removeprefix('MDLM')}", (base,), attrs)
+
+
+__all__ = ["BD3LMSampler", "BD3LMUncachedSampler", "within_blocks"]

@@ -21,6 +21,11 @@ MaskGIT anneals Gumbel noise into the confidence ranking (here: none, the rankin
 probability); Fast-dLLM decodes greedily (temperature 0 here gives exactly that, and then the drawn token's
 probability is the largest probability). Given (prompt / infill) positions are never touched. Time-conditioned
 models see the time at which the schedule masks the row's current share of masked tokens.
+
+Inside the blocks of BD3-LM (`reverse_process`, driven by seqdiff.samplers.bd3lm as `bd3lm_confidence` /
+`bd3lm_threshold`) each block is decoded the same way over its own masked tokens (top-k: `steps` per block, the
+schedule counted from the block's n0; threshold: until the block is full), its denoiser reading the block after the
+clean prefix -- Fast-dLLM's and LLaDA's semi-autoregressive block decoding, with an exact KV cache of the prefix.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ import torch
 from torch import Tensor
 
 from seqdiff.categorical import probs_from_logits, sample_categorical
-from seqdiff.samplers.base import SampleOutput, SamplerError
+from seqdiff.samplers.base import Denoiser, SampleOutput, SamplerError
 from seqdiff.samplers.mdlm_ancestral import MDLMAncestralSampler
 from seqdiff.samplers.mdlm_first_hitting import time_of_mask_probability
 
@@ -45,21 +50,20 @@ def top_k_by_confidence(conf: Tensor, masked: Tensor, k: Tensor) -> Tensor:
 
 class ConfidenceSampler(MDLMAncestralSampler):
     name = "confidence"
+    block_methods = ("bd3lm",)
     exact = False  # positions chosen by confidence and committed jointly: not the model's reverse process
 
     def check_compatible(self) -> None:
         if not getattr(self.method, "subs", True):
             raise SamplerError(f"--sampler {self.name} needs a SUBS model (method.subs=true)")
 
-    def start(self, batch_size: int, seq_len: int, given: Tensor | None, device) -> Tensor:
-        return self.masked_start(batch_size, seq_len, given, device)
-
-    def candidates(self, x: Tensor, t: Tensor, generator: torch.Generator | None) -> tuple[Tensor, Tensor, Tensor]:
+    def candidates(self, x: Tensor, t: Tensor, denoise: Denoiser, generator: torch.Generator | None
+                   ) -> tuple[Tensor, Tensor, Tensor]:
         """x_theta(x_t) once: a token (B, L) drawn at every masked position (with temperature / top-p), its
         probability under the model at temperature 1, and the largest such probability there (B, L) float64
         (0 at unmasked positions). Confidence is the untempered probability, so that greedy decoding (temperature
         0, whose tempered probabilities are all 1) still ranks positions."""
-        model = self.method.denoise(self.backbone, x, t.float(), 1.0)  # (B, L, V) float64, temperature 1
+        model = probs_from_logits(denoise(x, t, None))  # (B, L, V) float64, temperature 1
         masked = x == self.method.mask_id
         drawn = x.clone()
         p_drawn = torch.zeros(x.shape, dtype=torch.float64, device=x.device)
@@ -76,10 +80,17 @@ class ConfidenceSampler(MDLMAncestralSampler):
     def generate(self, batch_size: int, seq_len: int, generator: torch.Generator | None = None,
                  given: Tensor | None = None) -> SampleOutput:
         device, given = self.prepare(batch_size, seq_len, given)
-        x = self.start(batch_size, seq_len, given, device)
+        x = self.masked_start(batch_size, seq_len, given, device)  # (B, L); given tokens stay revealed
+        x, calls = self.reverse_process(x, self.denoiser(), generator)
+        return SampleOutput(tokens=x, num_denoiser_calls=calls)
+
+    @torch.no_grad()
+    def reverse_process(self, x: Tensor, denoise: Denoiser, generator: torch.Generator | None) -> tuple[Tensor, int]:
+        """`steps` top-k steps on x (B, n): the masked count follows the schedule from the row's n0 down to 0."""
         mask_id, sched = self.method.mask_id, self.method.schedule
+        B = x.shape[0]
         n0 = (x == mask_id).sum(-1)  # (B,)
-        grid = self.time_grid(device)
+        grid = self.time_grid(x.device)
         share = sched.one_minus_alpha(grid) / sched.one_minus_alpha(grid[:1])  # (steps + 1,) 1 -> ~0
         calls = 0
         self.trace = []  # masked count per row after every step (tests)
@@ -88,11 +99,11 @@ class ConfidenceSampler(MDLMAncestralSampler):
             target = (n0.double() * share[i + 1]).floor().long() if i < self.steps - 1 else torch.zeros_like(n0)
             k = (masked.sum(-1) - target).clamp(min=0)  # (B,) tokens this step commits
             if k.any():
-                drawn, p_drawn, _ = self.candidates(x, grid[i].expand(batch_size), generator)
+                drawn, p_drawn, _ = self.candidates(x, grid[i].expand(B), denoise, generator)
                 calls += 1
                 x = torch.where(top_k_by_confidence(p_drawn, masked, k), drawn, x)
             self.trace.append((x == mask_id).sum(-1).clone())
-        return SampleOutput(tokens=x, num_denoiser_calls=calls)
+        return x, calls
 
 
 class ThresholdSampler(ConfidenceSampler):
@@ -112,24 +123,23 @@ class ThresholdSampler(ConfidenceSampler):
         return {"threshold": cfg.threshold}
 
     @torch.no_grad()
-    def generate(self, batch_size: int, seq_len: int, generator: torch.Generator | None = None,
-                 given: Tensor | None = None) -> SampleOutput:
-        device, given = self.prepare(batch_size, seq_len, given)
-        x = self.start(batch_size, seq_len, given, device)
+    def reverse_process(self, x: Tensor, denoise: Denoiser, generator: torch.Generator | None) -> tuple[Tensor, int]:
+        """Commit every masked position of x (B, n) above the threshold (at least one per row) until none is left."""
         mask_id, sched = self.method.mask_id, self.method.schedule
+        n_pos = x.shape[1]
         calls = 0
         self.trace = []
         while (x == mask_id).any():
             masked = x == mask_id
-            share = masked.sum(-1).double() / seq_len  # (B,) the time whose mask probability is that share
+            share = masked.sum(-1).double() / n_pos  # (B,) the time whose mask probability is that share
             t = time_of_mask_probability(sched, share * sched.one_minus_alpha(torch.ones((), dtype=torch.float64)))
-            drawn, _, p_max = self.candidates(x, t, generator)
+            drawn, _, p_max = self.candidates(x, t, denoise, generator)
             calls += 1
             commit = masked & (p_max > self.threshold)
             best = top_k_by_confidence(p_max, masked, masked.any(-1).long())  # the most confident, per row
             x = torch.where(commit | best, drawn, x)
             self.trace.append((x == mask_id).sum(-1).clone())
-        return SampleOutput(tokens=x, num_denoiser_calls=calls)
+        return x, calls
 
     def stats(self) -> dict:
         return {"threshold": self.threshold}

@@ -27,6 +27,10 @@ with fewer masked tokens (different `given`) idles once it is done. Conditioning
 sampler (given tokens start revealed and are never touched). Temperature and top-p apply to x_theta before each
 reveal (then the sampler is exact for the tempered model). Needs SUBS (zero MASK probability: without it, the
 model's own MASK mass changes the reveal rate, which this construction does not account for).
+
+Inside the blocks of BD3-LM (`reverse_process`, driven by seqdiff.samplers.bd3lm as `bd3lm_first_hitting`) each
+block is the same process from t = 1 over the block's masked tokens, its denoiser reading the block after the
+clean prefix: each block's conditional is drawn exactly, so the sequence is drawn from the model exactly too.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ import torch
 from torch import Tensor
 
 from seqdiff.categorical import probs_from_logits, sample_categorical
-from seqdiff.samplers.base import SampleOutput, Sampler, SamplerError
+from seqdiff.samplers.base import Denoiser, SampleOutput, Sampler, SamplerError
 from seqdiff.schedules import LogLinearSchedule, NoiseSchedule
 
 
@@ -58,6 +62,7 @@ class MDLMFirstHittingSampler(Sampler):
     methods = ("mdlm",)
     supports_top_p = True
     uses_steps = False
+    block_methods = ("bd3lm",)
     exact = True  # the continuous-time reverse process itself, no discretization
 
     def check_compatible(self) -> None:
@@ -75,24 +80,24 @@ class MDLMFirstHittingSampler(Sampler):
         floor = schedule.one_minus_alpha(torch.zeros_like(t))
         return time_of_mask_probability(schedule, torch.maximum(p, floor)), p <= floor
 
-    def position_probs(self, x: Tensor, t: Tensor, pos: Tensor) -> Tensor:
-        """x_theta(x, t) at one position per row: (B,) positions -> (B, V) float64, tempered and filtered."""
-        method = self.method
-        logits = self.backbone(x, noise_level=method.noise_level(t.float()))  # (B, L, V)
-        at = logits[torch.arange(x.shape[0], device=x.device), pos]  # (B, V)
-        return probs_from_logits(method.subs_logits(at), self.temperature, self.top_p)
-
     @torch.no_grad()
     def generate(self, batch_size: int, seq_len: int, generator: torch.Generator | None = None,
                  given: Tensor | None = None) -> SampleOutput:
         device, given = self.prepare(batch_size, seq_len, given)
-        method = self.method
         x = self.masked_start(batch_size, seq_len, given, device)  # (B, L); given tokens stay revealed
-        t = torch.ones(batch_size, dtype=torch.float64, device=device)  # (B,) each row's current time
-        done = torch.zeros(batch_size, dtype=torch.bool, device=device)  # rows past t = 0 (noise removal left)
+        x, calls = self.reverse_process(x, self.denoiser(), generator)
+        return SampleOutput(tokens=x, num_denoiser_calls=calls)
+
+    @torch.no_grad()
+    def reverse_process(self, x: Tensor, denoise: Denoiser, generator: torch.Generator | None) -> tuple[Tensor, int]:
+        """The first-hitting process on x (B, n) from t = 1 (its MASK positions free): one call per reveal event."""
+        method = self.method
+        B, n_pos = x.shape
+        t = torch.ones(B, dtype=torch.float64, device=x.device)  # (B,) each row's current time
+        done = torch.zeros(B, dtype=torch.bool, device=x.device)  # rows past t = 0 (noise removal left)
         calls = 0
         while True:
-            masked = x == method.mask_id  # (B, L)
+            masked = x == method.mask_id  # (B, n)
             n = masked.sum(-1)  # (B,)
             active = (n > 0) & ~done
             if not active.any():
@@ -101,18 +106,20 @@ class MDLMFirstHittingSampler(Sampler):
             done |= active & below_zero
             active &= ~below_zero
             # which masked position: the argmax of uniforms over masked positions (uniform, float64)
-            u = torch.rand((batch_size, seq_len), generator=generator, device=device, dtype=torch.float64)
+            u = torch.rand((B, n_pos), generator=generator, device=x.device, dtype=torch.float64)
             pos = torch.where(masked, u, torch.full_like(u, -1.0)).argmax(-1)  # (B,)
             if not active.any():
                 continue
             t = torch.where(active, s, t)
             rows = active.nonzero().flatten()
-            probs = self.position_probs(x[rows], t[rows], pos[rows])  # (b, V): one call per event
+            logits = denoise(x[rows], t[rows], None if active.all() else active)  # (b, n, V): one call per event
+            at = logits[torch.arange(len(rows), device=x.device), pos[rows]]  # (b, V)
             calls += 1
             x = x.clone()
-            x[rows, pos[rows]] = sample_categorical(probs, generator)
+            x[rows, pos[rows]] = sample_categorical(probs_from_logits(at, self.temperature, self.top_p), generator)
         if (x == method.mask_id).any():  # alpha(0) < 1: final noise removal at t = 0
-            probs = method.denoise(self.backbone, x, torch.zeros(batch_size, device=device), self.temperature)
+            zero = torch.zeros(B, dtype=torch.float64, device=x.device)
+            probs = probs_from_logits(denoise(x, zero, None), self.temperature)
             calls += 1
             x = method.fill_remaining(probs, x)
-        return SampleOutput(tokens=x, num_denoiser_calls=calls)
+        return x, calls

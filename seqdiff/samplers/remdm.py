@@ -36,7 +36,11 @@ Approximate: with a learned denoiser these are not the model's own reverse proce
 denoiser do they share its marginals). Given (prompt / infill) positions are never remasked. Temperature and
 top-p apply to x_theta as in the ancestral sampler. Needs SUBS. No caching: remasking changes x_t at almost
 every step, so every step calls the denoiser. `trace` keeps (t, mean masked fraction) after every step of the
-last `generate` call.
+last reverse process (the last `generate` call; under BD3-LM its last block).
+
+Inside the blocks of BD3-LM (`reverse_process`, driven by seqdiff.samplers.bd3lm as `bd3lm_remdm`) each block runs
+the same `steps` ReMDM steps over its own tokens; the block's given tokens are never remasked, and the clean prefix
+(earlier blocks) is never remasked either: the block loop commits a block before the next one starts.
 """
 
 from __future__ import annotations
@@ -46,9 +50,9 @@ import typing
 import torch
 from torch import Tensor
 
-from seqdiff.categorical import sample_categorical
+from seqdiff.categorical import probs_from_logits, sample_categorical
 from seqdiff.config import SampleConfig
-from seqdiff.samplers.base import SampleOutput, SamplerError
+from seqdiff.samplers.base import Denoiser, SampleOutput, SamplerError
 from seqdiff.samplers.mdlm_ancestral import MDLMAncestralSampler
 from seqdiff.samplers.mdlm_first_hitting import time_of_mask_probability
 
@@ -77,6 +81,7 @@ def loop_band_steps(steps: int, t_on: float, t_off: float) -> int:
 
 class ReMDMSampler(MDLMAncestralSampler):
     name = "remdm"
+    block_methods = ("bd3lm",)
     exact = False  # remasking posteriors share the marginals of an exact denoiser, not a learned one's process
 
     def __init__(self, method, backbone, steps: int = 128, temperature: float = 1.0, top_p: float = 1.0,
@@ -150,24 +155,31 @@ class ReMDMSampler(MDLMAncestralSampler):
     def generate(self, batch_size: int, seq_len: int, generator: torch.Generator | None = None,
                  given: Tensor | None = None) -> SampleOutput:
         device, given = self.prepare(batch_size, seq_len, given)
-        method = self.method
         x = self.masked_start(batch_size, seq_len, given, device)  # (B, L)
-        fixed = given >= 0 if given is not None else torch.zeros_like(x, dtype=torch.bool)
-        conf = torch.zeros(x.shape, dtype=torch.float64, device=device)  # (B, L) confidence at decoding
-        grid = self.time_grid(device)
+        x, calls = self.reverse_process(x, self.denoiser(), generator)
+        return SampleOutput(tokens=x, num_denoiser_calls=calls)
+
+    @torch.no_grad()
+    def reverse_process(self, x: Tensor, denoise: Denoiser, generator: torch.Generator | None) -> tuple[Tensor, int]:
+        """`steps` ReMDM steps on x (B, n) from t = 1; its tokens already revealed are given: never remasked."""
+        method = self.method
+        B = x.shape[0]
+        fixed = x != method.mask_id  # (B, n) given (prompt / infill) positions
+        conf = torch.zeros(x.shape, dtype=torch.float64, device=x.device)  # (B, n) confidence at decoding
+        grid = self.time_grid(x.device)
         self.trace = []
         for i in range(self.steps):
-            t = grid[i].expand(batch_size)  # (B,)
-            s = grid[i + 1].expand(batch_size)
-            probs = self.denoise_fresh(x, self.alphas(t)[2])  # (B, L, V) float64
+            t = grid[i].expand(B)  # (B,)
+            s = grid[i + 1].expand(B)
+            probs = probs_from_logits(denoise(x, self.alphas(t)[2], None), self.temperature, self.top_p)  # (B, n, V)
             x = self.step(probs, x, fixed, conf, t, s, generator)
             self.trace.append((float(grid[i + 1]), float((x == method.mask_id).double().mean())))
         calls = self.steps
         if (x == method.mask_id).any():  # noise removal for schedules with alpha(0) < 1
-            probs = self.denoise_fresh(x, grid[-1].expand(batch_size))
+            probs = probs_from_logits(denoise(x, grid[-1].expand(B), None), self.temperature, self.top_p)
             calls += 1
             x = method.fill_remaining(probs, x)
-        return SampleOutput(tokens=x, num_denoiser_calls=calls)
+        return x, calls
 
     def stats(self) -> dict:
         """The remasking schedule and its parameters, for the sample command and the reports."""

@@ -29,8 +29,9 @@ of float additions; other methods get the rows of the batch (AR has no noise; SE
 within each micro-batch: the same expected gradient, another coupling of its rows). Dropout masks do depend on
 the split. Changing micro_batch_size on resume is allowed for the same reason (checkpoints do not depend on it).
 
-AdamW is the fused kernel where torch has one for the parameters (CPU, CUDA), else the foreach one
-(`adamw_implementation`): the same update, one kernel instead of a Python loop over parameters.
+The optimizer and its schedule come from seqdiff.optim (the one AdamW + warm-up builder, shared with probe
+fine-tuning and NCE): AdamW is the fused kernel where torch has one for the parameters (CPU, CUDA), else the
+foreach one (`adamw_implementation`): the same update, one kernel instead of a Python loop over parameters.
 
 `train.compile` compiles the backbone in place (`nn.Module.compile`: parameter names and checkpoints unchanged)
 after sharding; when Inductor cannot compile a tiny probe function on the device at setup (no C++ compiler, an
@@ -53,6 +54,13 @@ import torch
 from seqdiff.config import ConfigError, MethodConfig, ModelConfig, TrainConfig, from_dict
 from seqdiff.data.blocks import step_generator
 from seqdiff.methods import Batch, MethodOutput, build_model
+from seqdiff.optim import (  # noqa: F401 (pipelines/bench.py imports adamw_implementation from here)
+    adamw_implementation,
+    adamw_with_warmup,
+    decay_groups,
+    lightning_optimizers,
+    lr_multiplier,
+)
 from seqdiff.tokenizers import tokenizer_from_dict
 
 
@@ -215,26 +223,16 @@ class SeqDiffModule(L.LightningModule):
 
     def configure_optimizers(self):
         cfg = self.train_config
-
-        def split(params, **extra):  # weight decay for matrices only
-            decay = [p for p in params if p.ndim >= 2]
-            no_decay = [p for p in params if p.ndim < 2]
-            return [g for g in ({"params": decay, "weight_decay": cfg.weight_decay, **extra},
-                                {"params": no_decay, "weight_decay": 0.0, **extra}) if g["params"]]
-
         if cfg.freeze_backbone_steps == 0 and cfg.backbone_lr_scale == 1.0:
-            groups = split(trainable(self.backbone))  # the layout every earlier checkpoint holds
+            groups = decay_groups(trainable(self.backbone), cfg.weight_decay)  # the layout earlier checkpoints hold
             lambdas = [lr_lambda(cfg)] * len(groups)
         else:
             head, body = self.head_and_body()
-            head_groups = split(head, name="head", lr=cfg.lr)
-            body_groups = split(body, name="body", lr=cfg.lr * cfg.backbone_lr_scale)
+            head_groups = decay_groups(head, cfg.weight_decay, name="head", lr=cfg.lr)
+            body_groups = decay_groups(body, cfg.weight_decay, name="body", lr=cfg.lr * cfg.backbone_lr_scale)
             groups = head_groups + body_groups
             lambdas = [lr_lambda(cfg)] * len(head_groups) + [backbone_lr_lambda(cfg)] * len(body_groups)
-        params = [p for g in groups for p in g["params"]]
-        optimizer = torch.optim.AdamW(groups, lr=cfg.lr, betas=tuple(cfg.betas), **adamw_implementation(params))
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambdas)
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+        return lightning_optimizers(*adamw_with_warmup(groups, lambdas, lr=cfg.lr, betas=cfg.betas))
 
 
 def slice_batch(batch: Batch, rows: slice) -> Batch:
@@ -269,23 +267,6 @@ def check_micro_batch(cfg: TrainConfig, global_batch: int, world_size: int) -> s
         return (f"train.micro_batch_size={m} must divide each process's share of the batch, data.batch_size="
                 f"{global_batch} / {world_size} process(es) = {per_process}")
     return None
-
-
-FUSED_ADAMW_DEVICES = ("cuda", "cpu")
-"""Devices with a fused AdamW kernel in torch (one kernel for every parameter; on CPU about 2x faster than the
-per-parameter loop, which is torch's CPU default)."""
-
-
-def adamw_implementation(params: list[torch.Tensor]) -> dict[str, bool]:
-    """AdamW's keyword for the fastest implementation torch has for these parameters: fused where every one is a
-    plain floating-point tensor on a FUSED_ADAMW_DEVICES device, else foreach (fsdp2's DTensor shards, others).
-    Hugging Face's Trainer picks the fused AdamW by default too (torch >= 2.8)."""
-    from torch.distributed.tensor import DTensor
-
-    plain = all(not isinstance(p, DTensor) and p.dtype.is_floating_point for p in params)
-    if params and plain and {p.device.type for p in params} <= set(FUSED_ADAMW_DEVICES):
-        return {"fused": True}
-    return {"foreach": True}
 
 
 def compile_unavailable(device: torch.device) -> str | None:
@@ -330,34 +311,12 @@ def freeze_parameters(backbone: torch.nn.Module, patterns: list[str]) -> list[st
     return frozen
 
 
-def _decay(cfg: TrainConfig, step: int) -> float:
-    """After warm-up: 1 (constant) or the cosine from 1 at warmup_steps to 0 at max_steps."""
-    if cfg.lr_schedule == "constant" or step < cfg.warmup_steps:
-        return 1.0
-    progress = (step - cfg.warmup_steps) / max(1, cfg.max_steps - cfg.warmup_steps)
-    return 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
-
-
 def lr_lambda(cfg: TrainConfig):
     """Linear warm-up, then constant or cosine decay to zero at max_steps (a multiplier of cfg.lr)."""
-
-    def factor(step: int) -> float:
-        if step < cfg.warmup_steps:
-            return (step + 1) / cfg.warmup_steps
-        return _decay(cfg, step)
-
-    return factor
+    return lr_multiplier(cfg.warmup_steps, cfg.lr_schedule, cfg.max_steps)
 
 
 def backbone_lr_lambda(cfg: TrainConfig):
     """The body's multiplier of its lr (train.lr * backbone_lr_scale): 0 while frozen, then its own linear
     warm-up over warmup_steps from the step it is released, times the head's decay."""
-    start = cfg.freeze_backbone_steps
-
-    def factor(step: int) -> float:
-        if step < start:
-            return 0.0
-        warm = min(1.0, (step - start + 1) / cfg.warmup_steps) if cfg.warmup_steps > 0 else 1.0
-        return warm * _decay(cfg, step)
-
-    return factor
+    return lr_multiplier(cfg.warmup_steps, cfg.lr_schedule, cfg.max_steps, start=cfg.freeze_backbone_steps)

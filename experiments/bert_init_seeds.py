@@ -1,6 +1,6 @@
-"""One recipe of `pipelines.bert_init`, several fine-tuning seeds: the probe test per seed and a rule over seeds.
+"""One recipe of `experiments.bert_init`, several fine-tuning seeds: the probe test per seed and a rule over seeds.
 
-    python -m pipelines.bert_init_seeds REPORT_DIR... --counted-seeds 1,2,3 --min-met 2 --out DIR
+    python -m experiments.bert_init_seeds REPORT_DIR... --counted-seeds 1,2,3 --min-met 2 --out DIR
 
 Why: one seed's non-inferiority test does not cover the variation between fine-tuning seeds, which for this
 recipe is as large as the margin. A rule declared before the seeds are trained ("the recipe is no worse when
@@ -8,7 +8,7 @@ the test is met for at least K of the counted seeds") turns several runs into on
 computes that verdict from the reports' results.json files, so the figure is made by a command and not
 copied by hand.
 
-Checks before writing anything: every REPORT_DIR holds a results.json of `pipelines.bert_init`; all share
+Checks before writing anything: every REPORT_DIR holds a results.json of `experiments.bert_init`; all share
 one recipe (the resolved config without train.seed and sample.seed) and one margin; each counted seed
 appears exactly once. Reports whose seed is not counted (e.g. a run whose setting was chosen after seeing
 its result) are listed but do not enter the verdict.
@@ -26,7 +26,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from pipelines.bert_init import noninferiority
+from experiments.bert_init import noninferiority
 from seqdiff.evaluation.generate import write_atomically
 from seqdiff.figures import pyplot, save_figure
 
@@ -36,8 +36,8 @@ class SeedReportError(ValueError):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m pipelines.bert_init_seeds", description=__doc__.split("\n\n")[0])
-    p.add_argument("reports", nargs="+", help="report directories of pipelines.bert_init (each with results.json)")
+    p = argparse.ArgumentParser(prog="python -m experiments.bert_init_seeds", description=__doc__.split("\n\n")[0])
+    p.add_argument("reports", nargs="+", help="report directories of experiments.bert_init (each with results.json)")
     p.add_argument("--counted-seeds", required=True,
                    help="comma-separated train.seed values the rule counts, fixed before they were trained")
     p.add_argument("--min-met", type=int, required=True,
@@ -51,21 +51,21 @@ def build_parser() -> argparse.ArgumentParser:
 def load_report(directory: Path) -> dict:
     path = directory / "results.json"
     if not path.is_file():
-        raise SeedReportError(f"{directory}: no results.json (a report directory of pipelines.bert_init is needed)")
+        raise SeedReportError(f"{directory}: no results.json (a report directory of experiments.bert_init is needed)")
     try:
         result = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise SeedReportError(f"{path}: not a readable JSON file ({e})") from None
     if not isinstance(result, dict):
-        raise SeedReportError(f"{path}: not a pipelines.bert_init result (a JSON object is needed)")
+        raise SeedReportError(f"{path}: not a experiments.bert_init result (a JSON object is needed)")
     missing = [k for k in ("config", "probes", "after", "noninferiority_margin", "command") if k not in result]
     if missing:
-        raise SeedReportError(f"{path}: not a pipelines.bert_init result (missing {', '.join(missing)})")
+        raise SeedReportError(f"{path}: not a experiments.bert_init result (missing {', '.join(missing)})")
     return result
 
 
 def recipe_without_seed(result: dict) -> dict:
-    """The resolved config without what `pipelines.bert_init --seed` sets (train.seed and sample.seed), plus the
+    """The resolved config without what `experiments.bert_init --seed` sets (train.seed and sample.seed), plus the
     WiSE-FT weight the models were scored with (`--encoder-alpha`)."""
     config = copy.deepcopy(result["config"])
     config["train"].pop("seed", None)
@@ -196,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
         summary = combine([Path(d) for d in args.reports], counted, args.min_met)
     except SeedReportError as e:
         parser.error(str(e))
-    command = shlex.join(["python", "-m", "pipelines.bert_init_seeds", *argv])
+    command = shlex.join(["python", "-m", "experiments.bert_init_seeds", *argv])
     summary["command"] = command
     summary["declared_in"] = args.declared_in
     out = Path(args.out)

@@ -1,12 +1,12 @@
 """reports/bd3lm: AR, MDLM and BD3-LM (L' = 4, 8, 16) with the same backbone and token budget, on Shakespeare
 characters and GRCh37 chr20: test bound, and the quality-speed frontier of the KV-cached and uncached samplers.
 
-    python -m pipelines.bd3lm_experiment --run-root runs/bd3lm --out reports/bd3lm
-    python -m pipelines.bd3lm_experiment --corpora shakespeare --run-root runs/bd3lm --out reports/bd3lm \\
+    python -m experiments.bd3lm_experiment --run-root runs/bd3lm --out reports/bd3lm
+    python -m experiments.bd3lm_experiment --corpora shakespeare --run-root runs/bd3lm --out reports/bd3lm \\
         train.max_steps=3000           # dotted overrides apply to every corpus' shared recipe
 
 For each corpus (CORPORA: its MDLM recipe is the shared recipe; only the method.* keys of each variant differ):
-  1. pipelines.compare_methods trains (or reuses, or resumes) every method under <run-root>/<corpus>/<method>
+  1. experiments.compare_methods trains (or reuses, or resumes) every method under <run-root>/<corpus>/<method>
      and writes <out>/<corpus>.json, <corpus>.md, <corpus>_curves.png (test bound: AR exact NLL, diffusion
      NELBO; nats/token, PPL, bits per character / base; samples/s of each default sampler);
   2. `seqdiff frontier` runs every sampler of every run (bd3lm: KV-cached and uncached; MDLM: cached and
@@ -21,7 +21,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from pipelines import compare_methods
+from experiments import compare_methods
 from seqdiff.cli import main as seqdiff_main
 
 CORPORA: dict[str, str] = {
@@ -33,7 +33,7 @@ METHODS = "ar,mdlm,bd3lm_4,bd3lm_8,bd3lm_16"
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m pipelines.bd3lm_experiment", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m experiments.bd3lm_experiment", description=__doc__.split("\n")[0])
     p.add_argument("--corpora", default=",".join(CORPORA), help=f"comma-separated, from {sorted(CORPORA)}")
     p.add_argument("--methods", default=METHODS, help="compare_methods variants; must include ar (the oracle)")
     p.add_argument("--run-root", required=True, help="runs go to <run-root>/<corpus>/<method>")

@@ -1,7 +1,7 @@
 """Choose the quickstart recipe by a measured sweep: each candidate trains MDLM and AR on the quickstart's data
 and is scored on the *validation* play (never the test play), with its training seconds.
 
-    python -m pipelines.quickstart_sweep --out reports/quickstart_sweep --run-root runs/quickstart_sweep \
+    python -m experiments.quickstart_sweep --out reports/quickstart_sweep --run-root runs/quickstart_sweep \
         [--candidate NAME] [--threads 2]
 
 A candidate is a list of `section.key=value` overrides of the quickstart recipe (CANDIDATES below, or
@@ -24,13 +24,13 @@ from pathlib import Path
 
 import torch
 
-from pipelines.quickstart import METHODS, NUM_T_SAMPLES, QUICKSTART
 from seqdiff.checkpoint import load_checkpoint, read_checkpoint
 from seqdiff.config import ConfigError, RunConfig, from_dict, to_dict
 from seqdiff.config import apply_overrides as apply_config_overrides
 from seqdiff.data.text import split_path, tokenize_file
 from seqdiff.evaluation.generate import write_atomically
 from seqdiff.evaluation.likelihood import evaluate_tokens
+from seqdiff.quickstart import METHODS, NUM_T_SAMPLES, QUICKSTART
 from seqdiff.training.run import LAST_CHECKPOINT, train
 
 CANDIDATES: dict[str, list[str]] = {
@@ -40,7 +40,7 @@ CANDIDATES: dict[str, list[str]] = {
     "w192-l3-500": ["model.hidden_size=192", "model.n_layers=3", "model.n_heads=3", "train.max_steps=500"],
     "w256-l2-500": ["model.hidden_size=256", "model.n_layers=2", "model.n_heads=4", "train.max_steps=500"],
 }
-"""Recipes tried, as overrides of pipelines.quickstart.QUICKSTART (the preset's width is overridden too)."""
+"""Recipes tried, as overrides of seqdiff.quickstart.QUICKSTART (the preset's width is overridden too)."""
 
 
 def candidate_config(name: str, overrides: list[str], method: str):
@@ -99,7 +99,7 @@ def _readme(results: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    p = argparse.ArgumentParser(prog="python -m pipelines.quickstart_sweep", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m experiments.quickstart_sweep", description=__doc__.split("\n")[0])
     p.add_argument("--out", default="reports/quickstart_sweep")
     p.add_argument("--run-root", default="runs/quickstart_sweep")
     p.add_argument("--candidate", action="append", help="run only these (names of CANDIDATES or --extra)")
@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     path = out / "results.json"
     results = json.loads(path.read_text()) if path.is_file() else {"candidates": {}}
-    results.update(command="python -m pipelines.quickstart_sweep " + shlex.join(argv),
+    results.update(command="python -m experiments.quickstart_sweep " + shlex.join(argv),
                    torch_threads=torch.get_num_threads(), load_average_at_start=os.getloadavg()[0])
     start = time.perf_counter()
     try:

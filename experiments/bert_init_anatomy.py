@@ -1,8 +1,8 @@
 """Where the in-domain probe drop of a BERT -> MDLM fine-tuning lives: encoders between "before" and "after".
 
-    python -m pipelines.bert_init_anatomy --run-dir DIR --out DIR [--alphas 0.25,0.5,0.75]
+    python -m experiments.bert_init_anatomy --run-dir DIR --out DIR [--alphas 0.25,0.5,0.75]
 
-Why: every LP-FT run of `pipelines.bert_init` lowers the austen-novel probe by about one point, whatever the
+Why: every LP-FT run of `experiments.bert_init` lowers the austen-novel probe by about one point, whatever the
 encoder's learning rate (0.03 .. 0.3 x the head's). This command asks two questions of one finished run
 without training anything:
 1. Does the drop grow with how far the encoder moved? Weight-space interpolation (WiSE-FT; Wortsman et al.
@@ -13,7 +13,7 @@ without training anything:
    weights: the embeddings, the lower half of the blocks, the upper half.
 
 Every variant gets the MDLM test bound (nats per token, the same blocks and draws for all) and the austen-novel
-probe of `pipelines.bert_init` (same passages, splits, C grid and seed), with a paired bootstrap interval of
+probe of `experiments.bert_init` (same passages, splits, C grid and seed), with a paired bootstrap interval of
 its accuracy minus the pretrained encoder's and the non-inferiority outcome at the run's margin.
 
 Writes <out>/results.json, <out>/README.md (the command in its header) and <out>/tradeoff.png.
@@ -31,7 +31,7 @@ from pathlib import Path
 
 import torch
 
-from pipelines.bert_init import NONINFERIORITY_MARGIN, PROBE_CS, austen_task, noninferiority, paired_bootstrap
+from experiments.bert_init import NONINFERIORITY_MARGIN, PROBE_CS, austen_task, noninferiority, paired_bootstrap
 from seqdiff.backbones.wise_ft import State, encoder_keys, interpolate, pretrained_and_finetuned
 from seqdiff.checkpoint import CheckpointError, LoadedModel, load_checkpoint
 from seqdiff.config import ConfigError
@@ -86,8 +86,8 @@ def parse_alphas(text: str) -> list[float]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m pipelines.bert_init_anatomy", description=__doc__.split("\n\n")[0])
-    p.add_argument("--run-dir", required=True, help="a finished training run of pipelines.bert_init")
+    p = argparse.ArgumentParser(prog="python -m experiments.bert_init_anatomy", description=__doc__.split("\n\n")[0])
+    p.add_argument("--run-dir", required=True, help="a finished training run of experiments.bert_init")
     p.add_argument("--out", required=True, help="report folder")
     p.add_argument("--alphas", type=parse_alphas, default=[0.25, 0.5, 0.75],
                    help="interpolation weights of the fine-tuned encoder (0 and 1 are always added)")
@@ -97,7 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--seed", type=int, default=None,
                    help="draws of the test bound and the probe's folds (default: the run's train.seed, as "
-                        "pipelines.bert_init used)")
+                        "experiments.bert_init used)")
     p.add_argument("--noninferiority-margin", type=float, default=NONINFERIORITY_MARGIN)
     return p
 
@@ -105,7 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
 def load_run(run_dir: Path) -> tuple[LoadedModel, State, State]:
     """The fine-tuned model, the pretrained encoder's state (under the fine-tuned head) and the fine-tuned state."""
     if not (run_dir / LAST_CHECKPOINT).is_file():
-        raise AnatomyError(f"--run-dir {run_dir}: no {LAST_CHECKPOINT} there (a finished run of pipelines.bert_init "
+        raise AnatomyError(f"--run-dir {run_dir}: no {LAST_CHECKPOINT} there (a finished run of experiments.bert_init "
                            "is needed)")
     model = load_checkpoint(run_dir)
     pre, post = pretrained_and_finetuned(model)  # refuses a model trained from scratch
@@ -113,7 +113,7 @@ def load_run(run_dir: Path) -> tuple[LoadedModel, State, State]:
 
 
 def run_seed(run_dir: Path) -> int:
-    """train.seed of a run, from its config.yaml (what pipelines.bert_init drew its test draws and folds with)."""
+    """train.seed of a run, from its config.yaml (what experiments.bert_init drew its test draws and folds with)."""
     import yaml
 
     path = run_dir / "config.yaml"
@@ -159,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         row["difference"] = row["probe"]["accuracy"] - rows["alpha=0"]["probe"]["accuracy"]
         row["difference_interval"] = interval
         row["noninferiority"] = noninferiority(interval, args.noninferiority_margin)
-    result = {"command": shlex.join(["python", "-m", "pipelines.bert_init_anatomy", *argv]),
+    result = {"command": shlex.join(["python", "-m", "experiments.bert_init_anatomy", *argv]),
               "run_dir": str(run_dir), "step": model.step, "seed": seed, "n_layers": n_layers,
               "test_file": test_file.name, "eval_blocks": args.eval_blocks, "t_samples": args.t_samples,
               "probe_passages": {"train": len(task["y_train"]), "test": len(task["y_test"])},
@@ -180,7 +180,7 @@ def markdown(r: dict) -> str:
              f"- Test bound: MDLM NELBO in nats per WordPiece token on the first {r['eval_blocks']} blocks of "
              f"{r['test_file']}, {r['t_samples']} draws of (t, mask) per block, the same draws (seed {r['seed']}) for "
              "every row.",
-             f"- Probe: austen-novel as in `pipelines.bert_init` ({r['probe_passages']['train']} train / "
+             f"- Probe: austen-novel as in `experiments.bert_init` ({r['probe_passages']['train']} train / "
              f"{r['probe_passages']['test']} test passages, mean-pooled last layer, cross-validated logistic "
              "regression); difference: accuracy minus the pretrained encoder's (alpha = 0), 95% paired bootstrap "
              "interval over test passages; outcome: the non-inferiority test at margin "

@@ -1,6 +1,6 @@
 """Download the GRCh37 (hg19) human reference for users with the internet, verify it, and index it.
 
-    python -m pipelines.fetch_grch37 [--out-dir DIR] [--format bgzip|plain] [--chromosomes chr20 chr21 ...]
+    python -m experiments.fetch_grch37 [--out-dir DIR] [--format bgzip|plain] [--chromosomes chr20 chr21 ...]
                                      [--url URL --md5 HEX] [--keep-download]
 
 Source: UCSC's hg19.fa.gz (GRCh37 with UCSC names: chr1..chr22, chrX, chrY, chrM and the unplaced /
@@ -157,7 +157,7 @@ def prepare_reference(src: str | Path, out: str | Path, fmt: str = "bgzip",
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m pipelines.fetch_grch37", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m experiments.fetch_grch37", description=__doc__.split("\n")[0])
     p.add_argument("--out-dir", type=Path, default=None, help=f"default: ${DATA_DIR_ENV}/grch37 or "
                    "~/.cache/seqdiff/data/grch37")
     p.add_argument("--format", choices=["bgzip", "plain"], default="bgzip")

@@ -1,6 +1,6 @@
 """DNA experiment: MDLM against AR on GRCh37 chromosome 20 with held-out blocks -> reports/dna/.
 
-    python -m pipelines.dna_experiment --runs /work/runs/dnaexp --out reports/dna [--train]
+    python -m experiments.dna_experiment --runs /work/runs/dnaexp --out reports/dna [--train]
 
 Both models share the backbone (`cpu-small` DiT), the data (the CPU recipes configs/dna_chr20_cpu_{mdlm,ar}.yaml:
 blocks of 100 kb held out at random, one window of gap between splits) and the token budget;
@@ -499,7 +499,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--loader-batches", type=int, default=200, help="timed batches per round and setting")
     p.add_argument("--loader-rounds", type=int, default=5, help="alternating rounds of 0 and 2 workers")
     args = p.parse_args(argv)
-    command = "python -m pipelines.dna_experiment " + " ".join(sys.argv[1:] if argv is None else argv)
+    command = "python -m experiments.dna_experiment " + " ".join(sys.argv[1:] if argv is None else argv)
     run(Path(args.runs), Path(args.out), args.train, args.max_test_windows, args.num_t_samples, args.num_samples,
         args.sample_steps, args.loader_batches, args.loader_rounds, command.strip())
     return 0

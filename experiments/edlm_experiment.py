@@ -1,6 +1,6 @@
 """EDLM on the Shakespeare character corpus: likelihood bounds, generation quality, speed, k / w ablation.
 
-    python -m pipelines.edlm_experiment --mdlm RUN --ar RUN [--out reports/edlm] [--energy-out FILE]
+    python -m experiments.edlm_experiment --mdlm RUN --ar RUN [--out reports/edlm] [--energy-out FILE]
 
 Base models: a character-level MDLM and AR pair trained on the shipped Shakespeare slice (by default the
 `seqdiff quickstart`-sized pair in /work/runs/edlm/{mdlm,ar}, trained with configs/quickstart.yaml). The
@@ -215,7 +215,7 @@ def write_readme(summary: dict, out: Path) -> None:
     st = summary["settings"]
     lines = [
         "# EDLM on Shakespeare (character level)", "",
-        f"Produced by `{summary['command']}` (pipelines/edlm_experiment.py); numbers in `summary.json`; "
+        f"Produced by `{summary['command']}` (experiments/edlm_experiment.py); numbers in `summary.json`; "
         "the tables of later `--likelihood-only` runs name their own command, and `--from-summary` rewrites "
         "this file. Base models: `seqdiff train --config configs/quickstart.yaml --run-dir RUN name=edlm-mdlm` "
         "and the same with `method.name=ar`.",
@@ -456,7 +456,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.likelihood_only:
         summary = json.loads((out / "summary.json").read_text())
         summary.setdefault("likelihood_reruns", []).append({
-            "command": "python -m pipelines.edlm_experiment " + " ".join(argv if argv is not None else sys.argv[1:]),
+            "command": "python -m experiments.edlm_experiment " + " ".join(argv if argv is not None else sys.argv[1:]),
             "eval_tokens": len(test_tokens), "num_t_samples": args.num_t_samples,
             "num_partition_samples": args.num_partition_samples, "bits_per_character": bpc,
             "seconds": time.perf_counter() - t_start})
@@ -489,7 +489,7 @@ def main(argv: list[str] | None = None) -> int:
                                             {"energy": energies["EDLM-AR"], "k": 2, "window": w_}, seed=seed))
         log("ablation done")
     summary = {
-        "command": "python -m pipelines.edlm_experiment " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "command": "python -m experiments.edlm_experiment " + " ".join(argv if argv is not None else sys.argv[1:]),
         "settings": vars(args) | {"mdlm_step": mdlm.step, "ar_step": ar.step, "oracle": f"AR model {oracle_model.path}",
                                   "oracle_step": oracle_model.step, "separate_oracle": bool(args.oracle),
                                   "torch_threads": torch.get_num_threads(), "cpu_count": os.cpu_count(),

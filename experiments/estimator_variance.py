@@ -1,4 +1,4 @@
-"""`python -m pipelines.estimator_variance`: variance of the MDLM loss and gradient for each time sampler.
+"""`python -m experiments.estimator_variance`: variance of the MDLM loss and gradient for each time sampler.
 
 A tiny MDLM (DiT, character tokenizer) is trained for a few hundred steps on the shipped Shakespeare slice,
 so that its weights are those of a model in training rather than a random initialization; then, with the
@@ -39,7 +39,7 @@ DEFAULT_OUT = Path("reports") / "variance"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m pipelines.estimator_variance", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m experiments.estimator_variance", description=__doc__.split("\n")[0])
     p.add_argument("--preset", default="cpu-tiny", choices=sorted(MODEL_PRESETS), help="DiT size preset")
     p.add_argument("--seq-len", type=int, default=64, help="characters per row")
     p.add_argument("--batch-size", type=int, default=16, help="rows per draw (the training batch)")
@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     t0 = time.perf_counter()
-    command = shlex.join(["python", "-m", "pipelines.estimator_variance", *argv])
+    command = shlex.join(["python", "-m", "experiments.estimator_variance", *argv])
     tokenizer = build_tokenizer("char")
     data_config = DataConfig(seq_len=args.seq_len, batch_size=args.batch_size)
     tokens = load_split_arrays(data_config, tokenizer, "train")[0]["tokens"]

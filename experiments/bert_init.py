@@ -1,6 +1,6 @@
 """BERT -> generative model (the MDLM paper's Table 4, at CPU scale): fine-tune a pretrained BERT with MDLM.
 
-    python -m pipelines.bert_init [--run-dir DIR] [--out reports/bert_init] [--max-steps N] ...
+    python -m experiments.bert_init [--run-dir DIR] [--out reports/bert_init] [--max-steps N] ...
 
 What one run does, offline:
 1. Builds the recipe configs/austen_bert_init_mdlm.yaml with the CPU-sized overrides below: the MiniLM BERT
@@ -98,7 +98,7 @@ NONINFERIORITY_MARGIN = 0.02
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m pipelines.bert_init", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m experiments.bert_init", description=__doc__.split("\n\n")[0])
     p.add_argument("--run-dir", default="runs/bert_init", help="training run folder (resumed / reused)")
     p.add_argument("--out", default="reports/bert_init", help="report folder")
     p.add_argument("--max-steps", type=int, default=300,
@@ -472,7 +472,7 @@ def _noninferiority_section(r: dict) -> list[str]:
         "",
         f"\"No worse\" is tested as non-inferiority with a margin of {m:g} ({100 * m:g} points of accuracy), declared "
         "before any probe was scored with it (`--noninferiority-margin`, default `NONINFERIORITY_MARGIN` in "
-        "`pipelines/bert_init.py`): **met** when the lower end of the 95% paired bootstrap interval of "
+        "`experiments/bert_init.py`): **met** when the lower end of the 95% paired bootstrap interval of "
         f"accuracy(after) - accuracy(before) (2,000 resamples of the test passages) is above -{m:g}; **significantly "
         f"worse** when its upper end is below 0 and its lower end is not above -{m:g}; **inconclusive** otherwise. "
         "The goal is met when every task's test is met. Secondary, declared with it and not used for the verdict: "
@@ -674,7 +674,7 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     config = run_config(args)
     run_dir, out_dir = Path(args.run_dir), Path(args.out)
-    result: dict = {"command": shlex.join(["python", "-m", "pipelines.bert_init", *argv]),
+    result: dict = {"command": shlex.join(["python", "-m", "experiments.bert_init", *argv]),
                     "torch_threads": torch.get_num_threads(), "cpu_count": os.cpu_count(),
                     "load_average_at_start": os.getloadavg()[0],
                     "eval": {"blocks": args.eval_blocks, "t_samples": args.t_samples, "seed": args.seed}}

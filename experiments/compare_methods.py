@@ -1,6 +1,6 @@
 """Compare methods (AR, MDLM, SEDD, D3PM) on one corpus and tokenizer, with the same backbone and token budget.
 
-    python -m pipelines.compare_methods --config configs/quickstart.yaml --methods ar,mdlm,sedd_absorbing \\
+    python -m experiments.compare_methods --config configs/quickstart.yaml --methods ar,mdlm,sedd_absorbing \\
         --run-root /work/runs/x --out reports/baselines --name shakespeare_char train.max_steps=3000
 
 Every method trains from the same recipe (`--config` + dotted overrides); only the `method.*` keys of its
@@ -38,7 +38,6 @@ from typing import Any
 import torch
 import yaml
 
-from pipelines.quickstart import _run_state, _train_or_reuse
 from seqdiff.checkpoint import load_checkpoint
 from seqdiff.config import RunConfig, SampleConfig, from_dict, load_run_config, to_dict
 from seqdiff.data.text import split_path, tokenize_file
@@ -47,6 +46,7 @@ from seqdiff.errors import SeqdiffError
 from seqdiff.evaluation.generate import generate, write_atomically
 from seqdiff.evaluation.likelihood import evaluate_tokens
 from seqdiff.figures import pyplot, save_figure
+from seqdiff.quickstart import _run_state, _train_or_reuse
 from seqdiff.training.csv_log import metric_curve, read_metrics
 
 # A method variant: a label and the `method.*` overrides that select it (everything else is shared).
@@ -145,8 +145,8 @@ def _score_text(config: RunConfig, model, t_samples: int, max_test_windows: int 
 
 def _score_fasta(config: RunConfig, model, t_samples: int, max_test_windows: int | None) -> dict[str, Any]:
     """The test split's deterministic tiles (N never scored), evenly thinned to `max_test_windows`: the
-    scoring of pipelines/dna_experiment, so the numbers compare with reports/dna."""
-    from pipelines.dna_experiment import evenly, test_bits
+    scoring of experiments/dna_experiment, so the numbers compare with reports/dna."""
+    from experiments.dna_experiment import evenly, test_bits
     from seqdiff.data import build_data_module
 
     dm = build_data_module(config.data, model.tokenizer)
@@ -353,7 +353,7 @@ def _windows_note(report: dict[str, Any]) -> str:
 
 
 def parse_args(argv: list[str] | None) -> Options:
-    p = argparse.ArgumentParser(prog="python -m pipelines.compare_methods", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m experiments.compare_methods", description=__doc__.split("\n")[0])
     p.add_argument("--config", help="the shared YAML recipe (see configs/)")
     p.add_argument("--methods", default="ar,mdlm", help=f"comma-separated, from {sorted(METHOD_VARIANTS)}")
     p.add_argument("--run-root", required=True, help="one run directory per method is made under it")
@@ -386,7 +386,7 @@ def parse_args(argv: list[str] | None) -> Options:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     try:
-        run(parse_args(argv), "python -m pipelines.compare_methods " + shlex.join(argv))
+        run(parse_args(argv), "python -m experiments.compare_methods " + shlex.join(argv))
     except (CompareError, SeqdiffError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
