@@ -12,7 +12,7 @@ Layers, from the bottom up (a module imports only from its own layer or below, w
   samplers/                 the loop of reverse steps, one sampler per file
   probes/, hf/              genomic probe protocol; export to and conversion from Hugging Face layouts
   training/, evaluation/    Lightning module and run; likelihoods, generation, metrics, frontier, statistics
-  cli.py, options.py, edlm/cli.py, quickstart.py, bench/   the commands a person runs (and their options); the benchmarks
+  cli.py, options.py, edlm/cli.py, quickstart.py, bench/   the commands a person runs, their options; the benchmarks
 
 A file named on a line overrides the folder it sits in (`edlm/cli.py` holds the `seqdiff edlm` commands,
 which use evaluation/). Nothing in seqdiff imports `experiments/` (the studies that write reports/, run
