@@ -22,13 +22,16 @@ import typing
 from collections.abc import Callable
 from pathlib import Path
 
-from seqdiff.config import ConfigError, RunConfig, field_help, finite_float
+from seqdiff.config import ConfigError, RunConfig, field_help
 from seqdiff.errors import SeqdiffError
 from seqdiff.options import (
     OVERRIDE,
     EvalOptions,
+    ExportOptions,
     ProbeOptions,
+    QuickstartOptions,
     SampleOptions,
+    ScoreOptions,
     add_flags,
     key_lines,
     resolve,
@@ -287,8 +290,9 @@ def _read_reference(path: str) -> str:
 def cmd_export(args: argparse.Namespace) -> int:
     from seqdiff.hf.export import export_checkpoint
 
-    out = export_checkpoint(args.checkpoint, args.out_dir, use_ema=not args.no_ema, overwrite=args.overwrite,
-                            encoder_alpha=args.encoder_alpha)
+    o: ExportOptions = args.export
+    out = export_checkpoint(args.checkpoint, args.out_dir, use_ema=not o.no_ema, overwrite=o.overwrite,
+                            encoder_alpha=o.encoder_alpha)
     print(f"exported: {out} (load with seqdiff, or with transformers' AutoModelForMaskedLM / AutoModelForCausalLM "
           f"after seqdiff.hf.register_auto_classes(), or with trust_remote_code=True)")
     return 0
@@ -352,24 +356,28 @@ def cmd_score(args: argparse.Namespace) -> int:
         score_variants,
     )
 
-    fmt = args.format
+    o: ScoreOptions = args.score
+    for key in ("fasta", "variants"):
+        if getattr(o, key) is None:
+            raise ConfigError(f"seqdiff score needs --{key} FILE (score.{key}=FILE)")
+    fmt = o.format
     if fmt == "auto":
-        fmt = "json" if args.out and args.out.lower().endswith(".json") else "tsv"
-    variants = read_variants(args.variants)  # malformed rows are refused before the model is loaded
-    model = load_checkpoint(args.checkpoint, device=args.device, use_ema=not args.no_ema)
+        fmt = "json" if o.out and o.out.lower().endswith(".json") else "tsv"
+    variants = read_variants(o.variants)  # malformed rows are refused before the model is loaded
+    model = load_checkpoint(args.checkpoint, device=o.device, use_ema=not o.no_ema)
     check_model(model, args.checkpoint)
-    fasta = open_fasta(args.fasta)
-    rows = score_variants(model, fasta, variants, window=args.window, batch_size=args.batch_size,
-                          progress=args.out is not None, rc_conjoin=args.rc_conjoin)
+    fasta = open_fasta(o.fasta)
+    rows = score_variants(model, fasta, variants, window=o.window, batch_size=o.batch_size,
+                          progress=o.out is not None, rc_conjoin=o.rc_conjoin)
     kind = SCORERS[model.method.name].kind
     header = {"checkpoint": str(model.path), "step": model.step, "method": model.method.name,
-              "ema_weights": model.ema, "rc_conjoined": bool(args.rc_conjoin), "fasta": str(args.fasta),
-              "variants_file": str(args.variants), "window": args.window or model.seq_len,
+              "ema_weights": model.ema, "rc_conjoined": bool(o.rc_conjoin), "fasta": str(o.fasta),
+              "variants_file": str(o.variants), "window": o.window or model.seq_len,
               "score": kind, "llr_units": "nats", "note": SCORE_NOTES[kind]}
     text = format_rows(rows, fmt, header)
-    if args.out:
-        write_atomically(args.out, text)
-        print(f"{len(rows)} variants scored ({kind}); written: {args.out}", file=sys.stderr)
+    if o.out:
+        write_atomically(o.out, text)
+        print(f"{len(rows)} variants scored ({kind}); written: {o.out}", file=sys.stderr)
     else:
         sys.stdout.write(text)
     return 0
@@ -379,7 +387,8 @@ def cmd_score(args: argparse.Namespace) -> int:
 def cmd_quickstart(args: argparse.Namespace) -> int:
     from seqdiff.quickstart import run_quickstart
 
-    run_quickstart(out_dir=args.out, run_root=args.run_dir, max_steps=args.max_steps, overwrite=args.overwrite)
+    o: QuickstartOptions = args.quickstart
+    run_quickstart(out_dir=o.out, run_root=o.run_dir, max_steps=o.max_steps, overwrite=o.overwrite)
     return 0
 
 
@@ -452,38 +461,6 @@ def _probe_arguments(p: argparse.ArgumentParser) -> None:
 def _export_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("checkpoint", help="a .ckpt file or a run directory")
     p.add_argument("out_dir", help="the directory to write (must not exist or be empty, unless --overwrite)")
-    p.add_argument("--no-ema", action="store_true", help="export the raw weights instead of the EMA weights")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing output directory")
-    p.add_argument("--encoder-alpha", type=finite_float, default=1.0, metavar="A",
-                   help="WiSE-FT, for a model fine-tuned from model.init_from (a pretrained BERT): write the encoder "
-                        "(1 - A) x pretrained + A x fine-tuned under the fine-tuned head (default 1: as trained)")
-
-
-def _score_arguments(p: argparse.ArgumentParser) -> None:
-    _checkpoint_argument(p)
-    p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
-    p.add_argument("--no-ema", action="store_true", help="use the raw weights instead of the EMA weights")
-    p.add_argument("--seed", type=int, default=0, help="seed of every random draw")
-    p.add_argument("--fasta", required=True, help="the reference FASTA (plain or bgzip) the variants refer to")
-    p.add_argument("--variants", required=True,
-                   help="a VCF, or a TSV / CSV with a header naming chrom, pos (1-based), ref, alt (other columns "
-                        "are carried to the output)")
-    p.add_argument("--window", type=int, default=None,
-                   help="bases of reference context around each variant (default: the model's training length)")
-    p.add_argument("--batch-size", type=int, default=16)
-    p.add_argument("--format", choices=["auto", "tsv", "json"], default="auto",
-                   help="output format (auto: json for an --out ending in .json, else tsv)")
-    p.add_argument("--out", help="output file (default: TSV on stdout)")
-    p.add_argument("--rc-conjoin", action="store_true",
-                   help="both strands: diffusion models average the denoiser's predictions over them; AR models "
-                        "score the strand mixture (p(w) + p(RC w)) / 2, still exactly")
-
-
-def _quickstart_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--out", default="reports/quickstart", help="report folder")
-    p.add_argument("--run-dir", default="runs/quickstart", help="folder for the two runs")
-    p.add_argument("--max-steps", type=int, default=None, help="training steps per model (default: the recipe's)")
-    p.add_argument("--overwrite", action="store_true", help="replace earlier quickstart runs")
 
 
 def _bench_arguments(p: argparse.ArgumentParser) -> None:
@@ -543,13 +520,13 @@ def _commands() -> dict[str, Command]:
                                  ("nce", NCEOptions), _checkpoint_argument),
         }),
         "export": Command("write a checkpoint as a Hugging Face model directory (config.json, model.safetensors, "
-                          "tokenizer files)", cmd_export, arguments=_export_arguments),
+                          "tokenizer files)", cmd_export, ("export", ExportOptions), _export_arguments),
         "probe": Command("genomic classification probes: frozen and fine-tuned, against baselines", cmd_probe,
                          ("probe", ProbeOptions), _probe_arguments, paths="checkpoints"),
         "score": Command("zero-shot variant effects: log p(alt) / p(ref) of a DNA model around each variant",
-                         cmd_score, arguments=_score_arguments),
+                         cmd_score, ("score", ScoreOptions), _checkpoint_argument),
         "quickstart": Command("train MDLM and AR on the shipped Shakespeare slice, offline", cmd_quickstart,
-                              arguments=_quickstart_arguments),
+                              ("quickstart", QuickstartOptions)),
         "bench": Command("throughput and memory against Hugging Face models of the same shape", cmd_bench,
                          arguments=_bench_arguments),
         "frontier": Command("generative perplexity, entropy and seconds per sample of every sampler across step "

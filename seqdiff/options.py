@@ -186,6 +186,68 @@ class ProbeOptions:
                 raise ConfigError(f"probe.{key} must be >= 1, got {value}")
 
 
+@dataclass
+class ScoreOptions:
+    """score.*: `seqdiff score`, zero-shot variant effects of a DNA model (seqdiff.evaluation.variants)."""
+
+    fasta: str | None = None
+    """Required: the reference FASTA (plain or bgzip) the variants refer to."""
+    variants: str | None = None
+    """Required: a VCF, or a TSV / CSV with a header naming chrom, pos (1-based), ref, alt (other columns kept)."""
+    window: int | None = None
+    """Bases of reference context around each variant (default: the model's training length)."""
+    batch_size: int = 16
+    """Windows scored per batch."""
+    format: Literal["auto", "tsv", "json"] = "auto"
+    """Output format (auto: json for an out ending in .json, else tsv)."""
+    out: str | None = None
+    """Output file (default: TSV on stdout)."""
+    rc_conjoin: bool = False
+    """Both strands: diffusion models average the denoiser over them; AR models score (p(w) + p(RC w)) / 2 exactly."""
+    seed: int = 0
+    """Seed of every random draw."""
+    device: str = "cpu"
+    """cpu, cuda, cuda:1, ..."""
+    no_ema: bool = False
+    """Use the raw weights instead of the EMA weights."""
+
+    def __post_init__(self) -> None:
+        if self.window is not None and self.window < 1:
+            raise ConfigError(f"score.window must be >= 1, got {self.window}")
+        if self.batch_size < 1:
+            raise ConfigError(f"score.batch_size must be >= 1, got {self.batch_size}")
+
+
+@dataclass
+class ExportOptions:
+    """export.*: `seqdiff export CHECKPOINT OUT_DIR`, a Hugging Face model directory."""
+
+    no_ema: bool = False
+    """Export the raw weights instead of the EMA weights."""
+    overwrite: bool = False
+    """Replace an existing output directory."""
+    encoder_alpha: float = field(default=1.0, metadata={"metavar": "A"})
+    """WiSE-FT (fine-tuned from model.init_from): encoder (1 - A) x pretrained + A x fine-tuned (1: as trained)."""
+
+
+@dataclass
+class QuickstartOptions:
+    """quickstart.*: `seqdiff quickstart`, MDLM and AR on the shipped Shakespeare slice."""
+
+    out: str = "reports/quickstart"
+    """Report folder."""
+    run_dir: str = "runs/quickstart"
+    """Folder for the two runs."""
+    max_steps: int | None = None
+    """Training steps per model (default: the recipe's)."""
+    overwrite: bool = False
+    """Replace earlier quickstart runs."""
+
+    def __post_init__(self) -> None:
+        if self.max_steps is not None and self.max_steps < 1:
+            raise ConfigError(f"quickstart.max_steps must be >= 1, got {self.max_steps}")
+
+
 # ---------------------------------------------------------------------------------------------- help
 def options_help(cls: type) -> dict[str, str]:
     """Field docstrings of an options dataclass and of the dataclasses it extends (SampleOptions: SampleConfig's)."""
@@ -366,5 +428,6 @@ def split_overrides(items: list[str]) -> tuple[list[str], list[str]]:
     return paths, overrides
 
 
-__all__ = ["EvalOptions", "ProbeOptions", "SampleOptions", "add_flags", "explicit_keys", "flag_names", "key_lines",
-           "options_help", "resolve", "run_config_file", "saved_section", "split_overrides"]
+__all__ = ["EvalOptions", "ExportOptions", "ProbeOptions", "QuickstartOptions", "SampleOptions", "ScoreOptions",
+           "add_flags", "explicit_keys", "flag_names", "key_lines", "options_help", "resolve", "run_config_file",
+           "saved_section", "split_overrides"]

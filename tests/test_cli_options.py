@@ -72,6 +72,11 @@ def test_eval_probe_and_edlm_flags_are_their_overrides(saved_run):
          ["edlm", "eval", run, "edlm.energy=ar:x", "edlm.form=sequence", "edlm.num_partition_samples=4"]),
         (["edlm", "train-nce", run, "--out", "e.pt", "--steps", "2", "--lr", "1e-3"],
          ["edlm", "train-nce", run, "nce.out=e.pt", "nce.steps=2", "nce.lr=1e-3"]),
+        (["score", run, "--fasta", "g.fa", "--window", "64", "--format", "json", "--rc-conjoin"],
+         ["score", run, "score.fasta=g.fa", "score.window=64", "score.format=json", "score.rc_conjoin=true"]),
+        (["export", run, "out", "--overwrite", "--encoder-alpha", "0.25"],
+         ["export", run, "out", "export.overwrite=true", "export.encoder_alpha=0.25"]),
+        (["quickstart", "--max-steps", "5", "--out", "r"], ["quickstart", "quickstart.max_steps=5", "quickstart.out=r"]),
     ]
     for flags, overrides in pairs:
         by_flag, _ = options(flags)
@@ -118,6 +123,9 @@ def test_overrides_may_follow_flags(saved_run):
     (["probe", "probe.skip=[frozen, everything]"], r"probe\.skip\[1\]='everything' is not allowed"),
     (["edlm", "eval", "RUN", "edlm.form=joint"], r"edlm\.form='joint' is not allowed"),
     (["edlm", "train-nce", "RUN", "nce.steps=0"], r"nce\.steps must be >= 1, got 0"),
+    (["score", "RUN", "score.format=vcf"], r"score\.format='vcf' is not allowed; choose one of \['auto', 'tsv'"),
+    (["export", "RUN", "out", "export.alpha=0.5"], r"unknown config key export\.alpha; allowed keys"),
+    (["quickstart", "--max-steps", "0"], r"--max-steps must be >= 1, got 0 \(quickstart\.max_steps\)"),
 ])
 def test_bad_keys_and_values_are_refused_naming_the_key(saved_run, argv, message):
     argv = [str(saved_run) if a == "RUN" else a for a in argv]
