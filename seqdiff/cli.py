@@ -1,11 +1,14 @@
-"""The `seqdiff` command: one table (COMMANDS, built by `_commands`) of every subcommand: train, eval, sample,
-edlm eval / train-nce, export, probe, score, quickstart, bench, frontier, data fetch / list, config.
+"""The `seqdiff` command: one table of every subcommand (`_commands()`: name -> Command, i.e. help, handler,
+typed options or argument builder): train, eval, sample, edlm eval / train-nce, export, probe, score,
+quickstart, bench, frontier, data fetch / list, config. build_parser builds the parsers from it, `main` runs
+the handler of the parsed command; no command is special-cased.
 
-One syntax: `train` and `config` take the recipe's `section.key=value` overrides; the commands that read a
-checkpoint (eval, sample, probe, edlm ...) take their own typed options the same way (`sample.steps=64`,
-`eval.split=valid`, `probe.seeds=3`, `edlm.form=sequence`, `nce.steps=100`; seqdiff.options), starting from
-the run's saved config (`sample` honours the run's `sample:` section), every key also a flag
-(`--steps 64`). `seqdiff config --keys` and each command's --help list the keys.
+One syntax: `train` and `config` take the recipe's `section.key=value` overrides; the other commands take
+their own typed options the same way (`sample.steps=64`, `eval.split=valid`, `probe.seeds=3`,
+`edlm.form=sequence`, `nce.steps=100`, `score.window=512`, `export.overwrite=true`, `quickstart.max_steps=50`;
+seqdiff.options), a checkpoint command starting from the run's saved config (`sample` honours the run's
+`sample:` section), every key also a flag (`--steps 64`). frontier and bench keep their argparse options and
+take `frontier.steps=8,16` / `bench.repeats=3` onto them. `seqdiff config --keys` and each --help list the keys.
 
 Every user error (a bad file, key, value, checkpoint or sampler: a `seqdiff.errors.SeqdiffError`) ends in one
 line on stderr naming what is wrong and exit status 2; any other exception is a bug and keeps its traceback.
@@ -511,13 +514,16 @@ class Command:
     """A positional list of paths that may hold overrides too (probe's checkpoints): they are split out."""
     subcommands: dict[str, Command] = dataclasses.field(default_factory=dict)
     """`seqdiff NAME SUB ...`: a group (edlm, data)."""
+    epilog: Callable[[], str] | None = None
+    """Text after --help's options (default: the keys of `options`)."""
 
 
 def _commands() -> dict[str, Command]:
     from seqdiff.edlm.cli import EdlmEvalOptions, NCEOptions, cmd_edlm_eval, cmd_edlm_train_nce
 
     return {
-        "train": Command("train a model from a recipe", cmd_train, arguments=_train_arguments, overrides=True),
+        "train": Command("train a model from a recipe", cmd_train, arguments=_train_arguments, overrides=True,
+                         epilog=_config_keys_help),
         "eval": Command("NLL / perplexity / bits per character or base", cmd_eval, ("eval", EvalOptions),
                         _checkpoint_argument),
         "sample": Command("generate sequences", cmd_sample, ("sample", SampleOptions), _checkpoint_argument),
@@ -561,7 +567,7 @@ def _commands_with_options(commands: dict[str, Command] | None = None,
     return out
 
 
-def _options_epilog(name: str, command: Command) -> str:
+def _options_epilog(command: Command) -> str:
     section, cls = command.options
     base = " (first the run's saved " + section + ": section)" if section == "sample" else ""
     return "\n".join([f"options, as {section}.key=value overrides{base} or as the flag named after each:",
@@ -571,8 +577,7 @@ def _options_epilog(name: str, command: Command) -> str:
 def _add_commands(sub, commands: dict[str, Command], prefix: str = "") -> None:
     for name, command in commands.items():
         full = f"{prefix}{name}"
-        epilog = _config_keys_help() if name == "train" else \
-            _options_epilog(full, command) if command.options else None
+        epilog = command.epilog() if command.epilog else _options_epilog(command) if command.options else None
         p = sub.add_parser(name, help=command.help, epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter)
         if command.subcommands:
             _add_commands(p.add_subparsers(dest=f"{full.replace(' ', '_')}_command", required=True),
