@@ -1,6 +1,6 @@
 """`seqdiff edlm eval` (EDLM NLL bound of an MDLM + energy) and `seqdiff edlm train-nce` (fit an NCE energy).
 
-Entries of the command table of seqdiff.cli (COMMANDS["edlm"]); their options are typed like every checkpoint
+Entries of the command table of seqdiff.cli (`_commands()["edlm"]`); their options are typed like every checkpoint
 command's (seqdiff.options): `edlm.*` (EdlmEvalOptions) and `nce.*` (NCEOptions), each key also a flag
 (`--num-partition-samples 4` is `edlm.num_partition_samples=4`). Sampling with an energy is
 `seqdiff sample --sampler edlm --energy KIND:PATH`.
@@ -85,7 +85,7 @@ class NCEOptions:
         if self.warmup_steps < 0:
             raise ConfigError(f"nce.warmup_steps must be >= 0, got {self.warmup_steps}")
 
-# The handlers import what they run late: seqdiff.cli builds this parser on every start, and the evaluation
+# The handlers import what they run late: seqdiff.cli imports this module on every start, and the evaluation
 # and data modules would load Lightning for `seqdiff --help`.
 
 
