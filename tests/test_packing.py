@@ -14,11 +14,17 @@ import torch
 
 from seqdiff.backbones import dit as dit_module
 from seqdiff.backbones.dit import DiT, packed_attention_kernel
-from seqdiff.config import (ConfigError, DataConfig, MethodConfig, ModelConfig, SampleConfig, TextDataConfig,
-                            load_run_config)
-from seqdiff.data.blocks import (DocumentPacker, PackedBlocks, RandomBlockBatches, pack_documents,
-                                 segment_positions)
-from seqdiff.methods import AR, D3PM, MDLM, SEDD, Batch, check_packing, build_method
+from seqdiff.config import (
+    ConfigError,
+    DataConfig,
+    MethodConfig,
+    ModelConfig,
+    SampleConfig,
+    TextDataConfig,
+    load_run_config,
+)
+from seqdiff.data.blocks import DocumentPacker, PackedBlocks, RandomBlockBatches, pack_documents, segment_positions
+from seqdiff.methods import AR, D3PM, MDLM, SEDD, Batch, build_method, check_packing
 from seqdiff.tokenizers import CharTokenizer
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -150,6 +156,24 @@ def test_one_packed_forward_equals_the_separate_forwards_of_its_documents(causal
     assert (plain[0, 5:11] - packed[0, 5:11]).abs().max() > 1e-3
 
 
+@torch.no_grad()
+def test_bert_packed_forward_equals_the_separate_forwards_of_its_documents():
+    from seqdiff.backbones.bert import Bert
+
+    torch.manual_seed(0)
+    model = Bert(ModelConfig(backbone="bert", hidden_size=32, n_heads=4, n_layers=2, max_seq_len=32,
+                             time_conditioning=False), V, causal=False).eval()
+    rows = [_docs_row(r, seed=i) for i, r in enumerate(ROWS)]
+    batch = _pack(rows, L)
+    packed = model(batch.input_ids, None, batch.attention_mask, **batch.packing())
+    for b, docs in enumerate(rows):
+        start = 0
+        for doc in docs:
+            torch.testing.assert_close(packed[b, start : start + len(doc)], model(doc[None])[0], atol=2e-5, rtol=1e-4)
+            start += len(doc)
+    assert (model(batch.input_ids, None, batch.attention_mask)[0, 5:11] - packed[0, 5:11]).abs().max() > 1e-3
+
+
 def test_kernel_selection_and_auto_uses_it(monkeypatch):
     assert packed_attention_kernel("cuda", flex_available=True) == "flex"
     assert packed_attention_kernel("cuda", flex_available=False) == "sdpa"
@@ -270,12 +294,11 @@ def test_packing_refusals_name_the_key_and_what_is_allowed():
     config = _recipe("method.name=bd3lm", "method.block_size=4")
     with pytest.raises(ConfigError, match=r"data\.text\.block_mode=packed .*\(ar, d3pm, mdlm, sedd\).*bd3lm"):
         check_packing(config, build_method(config.method, TOK))
-    config = _recipe("model.backbone=bert")
-    with pytest.raises(ConfigError, match=r"data\.text\.block_mode=packed .*\['dit'\].*model\.backbone=bert"):
-        check_packing(config, build_method(config.method, TOK))
     config = _recipe("model.rc_equivariant=shared")
-    with pytest.raises(ConfigError, match=r"model\.rc_equivariant=shared"):
+    allowed = r"data\.text\.block_mode=packed .*\['bert', 'dit'\].*model\.rc_equivariant=shared"
+    with pytest.raises(ConfigError, match=allowed):
         check_packing(config, build_method(config.method, TOK))
+    check_packing(_recipe("model.backbone=bert"), build_method(_recipe().method, TOK))  # accepted
     for name in ("mdlm", "ar", "sedd", "d3pm"):
         config = _recipe(f"method.name={name}")
         check_packing(config, build_method(config.method, TOK))  # accepted
@@ -311,8 +334,8 @@ def test_bd3lm_with_packing_is_refused_before_anything_is_written(tmp_path, data
 @pytest.mark.parametrize("method,extra", [("mdlm", []), ("ar", ["train.micro_batch_size=2"])])
 def test_three_step_packed_train_evaluates_and_samples(tmp_path, data_home, method, extra):
     from seqdiff.checkpoint import load_checkpoint
-    from seqdiff.evaluation.likelihood import evaluate_batches
     from seqdiff.evaluation.generate import generate
+    from seqdiff.evaluation.likelihood import evaluate_batches
     from seqdiff.training.run import train
 
     cfg = load_run_config(None, [*TRAIN, "data.text.block_mode=packed", f"method.name={method}", *extra])

@@ -59,7 +59,6 @@ from seqdiff.backbones.activations import ACTIVATIONS
 from seqdiff.backbones.rotary import RotaryEmbedding, apply_rotary
 from seqdiff.config import ModelConfig
 
-
 try:  # torch >= 2.5; the packed fast path on CUDA, never an import-time requirement
     from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex_attention
 except ImportError:  # pragma: no cover - older torch

@@ -424,7 +424,8 @@ def _build_stream(source, tokenizer, folder, chunk_chars, read_bytes, workers, p
 def _build_blocks(source, tokenizer, config, folder, chunk_chars, read_bytes, workers, progress) -> dict[str, Any]:
     packer = PACKERS[config.text.block_mode](config.seq_len, tokenizer.bos_id, tokenizer.eos_id, tokenizer.pad_id)
     dtype = np.uint16 if tokenizer.vocab_size <= np.iinfo(np.uint16).max + 1 else np.int32
-    shapes = {"blocks": (dtype, (config.seq_len,)), "lengths": (np.int32, ()), "segments": (segment_dtype(config.seq_len), (config.seq_len,))}
+    shapes = {"blocks": (dtype, (config.seq_len,)), "lengths": (np.int32, ()),
+              "segments": (segment_dtype(config.seq_len), (config.seq_len,))}
     names = getattr(packer, "arrays", ("blocks", "lengths"))  # the packed mode adds a table of segment ids
     writers = [ShardWriter(folder, name, *shapes[name]) for name in names]
     documents = 0

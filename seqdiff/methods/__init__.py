@@ -58,8 +58,9 @@ def check_packing(config, method: Method) -> None:
         return
     if not method.packable:
         able = sorted(name for name, cls in METHODS.items() if cls.packable)
-        raise ConfigError(f"data.text.block_mode=packed needs a method that trains on packed documents ({', '.join(able)}); "
-                          f"method.name={method.name} cannot (use data.text.block_mode=padded or wrapped)")
+        raise ConfigError(f"data.text.block_mode=packed needs a method that trains on packed documents "
+                          f"({', '.join(able)}); method.name={method.name} cannot (use data.text.block_mode=padded or "
+                          f"wrapped)")
     backbone = BACKBONES.get(config.model.backbone)
     if not getattr(backbone, "takes_segment_ids", False) or config.model.rc_equivariant != "none":
         able = sorted(name for name, cls in BACKBONES.items() if getattr(cls, "takes_segment_ids", False))
