@@ -203,6 +203,8 @@ def test_segment_ids_refuse_a_kv_cache_and_an_explicit_mask():
         model(batch.input_ids, attn_mask=torch.ones(L, L, dtype=torch.bool), segment_ids=batch.segment_ids)
     with pytest.raises(ValueError, match="segment_ids must have shape"):
         model(batch.input_ids, segment_ids=batch.segment_ids[:, :-1])
+    with pytest.raises(ValueError, match="positions per row must have shape"):
+        model(batch.input_ids, segment_ids=batch.segment_ids, positions=batch.positions[:1])
 
 
 # ------------------------------------------------------------------------------------------- losses

@@ -351,6 +351,8 @@ class DiT(nn.Module):
             attention_mask = attention_mask.bool()  # also accept 0 / 1 integer masks
 
         c = self._condition(noise_level, B)  # SiLU(c) (B, cond_dim) or None
+        if positions is not None and positions.ndim == 2 and positions.shape[0] != B:
+            raise ValueError(f"positions per row must have shape ({B}, {L}), got {tuple(positions.shape)}")
         if positions is None:
             rotations = self.rotary(L, offset=start)  # (L, Dh/2, 2) cos, sin
         else:
