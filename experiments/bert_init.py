@@ -65,6 +65,7 @@ from seqdiff.evaluation.generate import generate, write_atomically
 from seqdiff.evaluation.likelihood import evaluate_tokens
 from seqdiff.evaluation.metrics import diversity_metrics
 from seqdiff.evaluation.probe import logistic_probe, mean_pooled_features
+from seqdiff.evaluation.stats import noninferiority, paired_bootstrap
 from seqdiff.figures import pyplot, save_figure
 from seqdiff.methods import build_model
 from seqdiff.tokenizers import Tokenizer
@@ -259,42 +260,6 @@ def shakespeare_task(tokenizer: Tokenizer, per_play: int, seq_len: int) -> dict:
             "x_test": np.concatenate(x_te), "y_test": np.array(y_te), "spans_train": sp_tr, "spans_test": sp_te,
             "groups_test": [t for t, _ in sp_te],
             "split": "by play; held out: " + ", ".join(held_out)}
-
-
-def paired_bootstrap(before: list[bool], after: list[bool], draws: int = 2000, seed: int = 0,
-                     groups: list | None = None) -> list[float]:
-    """95% interval of accuracy(after) - accuracy(before), resampling test passages (paired).
-
-    groups: one label per passage (e.g. the text it comes from); then whole groups are resampled with replacement
-    (a cluster bootstrap: passages of one text are not independent), and each draw's difference is the mean over
-    the passages of the drawn groups.
-    """
-    b, a = np.asarray(before, dtype=float), np.asarray(after, dtype=float)
-    rng = np.random.default_rng(seed)
-    if groups is None:
-        idx = rng.integers(0, len(a), size=(draws, len(a)))
-        diffs = a[idx].mean(1) - b[idx].mean(1)
-    else:
-        _, g = np.unique(np.asarray(groups), return_inverse=True)
-        n_groups = g.max() + 1
-        sums = np.bincount(g, weights=a - b, minlength=n_groups)  # (G,) summed differences per group
-        sizes = np.bincount(g, minlength=n_groups).astype(float)  # (G,) passages per group
-        picks = rng.integers(0, n_groups, size=(draws, n_groups))
-        counts = np.stack([np.bincount(row, minlength=n_groups) for row in picks])  # (draws, G) times drawn
-        diffs = (counts @ sums) / (counts @ sizes)
-    return [float(np.quantile(diffs, 0.025)), float(np.quantile(diffs, 0.975))]
-
-
-def noninferiority(interval: list[float], margin: float) -> str:
-    """The non-inferiority outcome of a 95% interval of after - before, for a margin fixed in advance:
-    'met' (lower end above -margin: no worse than the margin, even if also significantly below 0),
-    'worse' (upper end below 0 and no worse than the margin not shown), 'inconclusive' (neither)."""
-    lo, hi = interval
-    if lo > -margin:
-        return "met"
-    if hi < 0:
-        return "worse"
-    return "inconclusive"
 
 
 def grid_edge_counts(chosen: list[float], grid: tuple[float, ...]) -> tuple[int, int]:

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import torch
 
-from experiments.bert_init import NONINFERIORITY_MARGIN, PROBE_CS, austen_task, noninferiority, paired_bootstrap
+from experiments.bert_init import NONINFERIORITY_MARGIN, PROBE_CS, austen_task
 from seqdiff.backbones.wise_ft import State, encoder_keys, interpolate, pretrained_and_finetuned
 from seqdiff.checkpoint import CheckpointError, LoadedModel, load_checkpoint
 from seqdiff.config import ConfigError
@@ -40,6 +40,7 @@ from seqdiff.data.text import tokenize_file
 from seqdiff.evaluation.generate import write_atomically
 from seqdiff.evaluation.likelihood import evaluate_tokens
 from seqdiff.evaluation.probe import logistic_probe, mean_pooled_features
+from seqdiff.evaluation.stats import noninferiority, paired_bootstrap
 from seqdiff.figures import pyplot, save_figure
 from seqdiff.training.run import LAST_CHECKPOINT
 

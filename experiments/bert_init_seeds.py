@@ -26,8 +26,8 @@ import statistics
 import sys
 from pathlib import Path
 
-from experiments.bert_init import noninferiority
 from seqdiff.evaluation.generate import write_atomically
+from seqdiff.evaluation.stats import noninferiority
 from seqdiff.figures import pyplot, save_figure
 
 

@@ -16,14 +16,13 @@ from experiments.bert_init import (
     _edge_note,
     _verdict,
     grid_edge_counts,
-    noninferiority,
-    paired_bootstrap,
     passage_starts,
     passages,
 )
 from seqdiff.backbones import build_backbone
 from seqdiff.config import ModelConfig
 from seqdiff.evaluation.probe import logistic_probe, mean_pooled_features
+from seqdiff.evaluation.stats import noninferiority, paired_bootstrap
 from seqdiff.tokenizers import CharTokenizer
 
 
@@ -72,42 +71,6 @@ def test_passages_are_evenly_spaced_windows_framed_by_cls_and_sep():
         np.testing.assert_array_equal(row[1:-1], ids[s:s + 10])
     with pytest.raises(ValueError, match="too short"):
         passages(tok, "short text", n=5, seq_len=12)
-
-
-def test_paired_bootstrap():
-    same = [True, False] * 50
-    assert paired_bootstrap(same, same) == [0.0, 0.0]
-    lo, hi = paired_bootstrap([False] * 100, [True] * 60 + [False] * 40)
-    assert 0.5 < lo <= 0.6 <= hi < 0.7  # the difference is exactly 0.6 on the full set
-
-
-def test_paired_bootstrap_by_groups_resamples_whole_texts():
-    # every passage of text "a" gains, every passage of "b" loses: passage by passage the mean difference (0) is
-    # pinned down, but with two texts a resample can hold only "a" (+1) or only "b" (-1)
-    before = [False] * 50 + [True] * 50
-    after = [True] * 50 + [False] * 50
-    groups = ["a"] * 50 + ["b"] * 50
-    lo, hi = paired_bootstrap(before, after)
-    assert -0.25 < lo < 0 < hi < 0.25
-    assert paired_bootstrap(before, after, groups=groups) == [-1.0, 1.0]
-    # one group: every resample is the full set
-    assert paired_bootstrap(before, after, groups=["a"] * 100) == [0.0, 0.0]
-    # unequal group sizes: a draw's difference is the mean over its passages, not the mean of group means
-    b, a = [False] * 30, [True] * 10 + [False] * 20
-    lo, hi = paired_bootstrap(b, a, groups=["x"] * 10 + ["y"] * 20, draws=4000)
-    assert lo == 0.0 and hi == 1.0  # only-y draws give 0, only-x draws give 1, mixed draws lie between
-
-
-@pytest.mark.parametrize(("interval", "outcome"), [
-    ([-0.015, 0.02], "met"),  # lower end above -0.02
-    ([-0.019, -0.001], "met"),  # significantly below 0, yet within the margin
-    ([-0.02, 0.03], "inconclusive"),  # on the margin: not above it
-    ([-0.05, 0.03], "inconclusive"),
-    ([-0.05, -0.001], "worse"),
-    ([-0.30, -0.15], "worse"),
-])
-def test_noninferiority_outcomes(interval, outcome):
-    assert noninferiority(interval, 0.02) == outcome
 
 
 def _probe(before, after):
