@@ -23,7 +23,8 @@ What one run does, offline:
    when the interval's lower end is above -margin, significantly worse when its upper end is below 0 (and
    the lower not above -margin), inconclusive otherwise. A second interval resamples whole test texts
    (novels / plays) instead of passages; it is reported, not used for the verdict.
-4. Writes <out>/results.json, <out>/README.md (command in its header) and <out>/loss_curves.png.
+4. Writes <out>/results.json (the command in it), <out>/table.md (its numbers as tables) and
+   <out>/loss_curves.png. The report's README.md is written by hand and cites results.json.
 
 LP-FT (Kumar et al. 2022, "Fine-Tuning can Distort Pretrained Features", arXiv:2202.10054): with
 `--freeze-backbone-steps N` only the fresh masked-LM head trains for the first N of the `--max-steps` steps (the
@@ -65,6 +66,7 @@ from seqdiff.evaluation.generate import generate, write_atomically
 from seqdiff.evaluation.likelihood import evaluate_tokens
 from seqdiff.evaluation.metrics import diversity_metrics
 from seqdiff.evaluation.probe import logistic_probe, mean_pooled_features
+from seqdiff.evaluation.stats import noninferiority, paired_bootstrap
 from seqdiff.figures import pyplot, save_figure
 from seqdiff.methods import build_model
 from seqdiff.tokenizers import Tokenizer
@@ -134,7 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--num-samples", type=int, default=6, help="samples drawn from each model")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--render-only", action="store_true",
-                   help="rewrite <out>/README.md from <out>/results.json (no training, no scoring)")
+                   help="rewrite <out>/table.md from <out>/results.json (no training, no scoring)")
     return p
 
 
@@ -261,42 +263,6 @@ def shakespeare_task(tokenizer: Tokenizer, per_play: int, seq_len: int) -> dict:
             "split": "by play; held out: " + ", ".join(held_out)}
 
 
-def paired_bootstrap(before: list[bool], after: list[bool], draws: int = 2000, seed: int = 0,
-                     groups: list | None = None) -> list[float]:
-    """95% interval of accuracy(after) - accuracy(before), resampling test passages (paired).
-
-    groups: one label per passage (e.g. the text it comes from); then whole groups are resampled with replacement
-    (a cluster bootstrap: passages of one text are not independent), and each draw's difference is the mean over
-    the passages of the drawn groups.
-    """
-    b, a = np.asarray(before, dtype=float), np.asarray(after, dtype=float)
-    rng = np.random.default_rng(seed)
-    if groups is None:
-        idx = rng.integers(0, len(a), size=(draws, len(a)))
-        diffs = a[idx].mean(1) - b[idx].mean(1)
-    else:
-        _, g = np.unique(np.asarray(groups), return_inverse=True)
-        n_groups = g.max() + 1
-        sums = np.bincount(g, weights=a - b, minlength=n_groups)  # (G,) summed differences per group
-        sizes = np.bincount(g, minlength=n_groups).astype(float)  # (G,) passages per group
-        picks = rng.integers(0, n_groups, size=(draws, n_groups))
-        counts = np.stack([np.bincount(row, minlength=n_groups) for row in picks])  # (draws, G) times drawn
-        diffs = (counts @ sums) / (counts @ sizes)
-    return [float(np.quantile(diffs, 0.025)), float(np.quantile(diffs, 0.975))]
-
-
-def noninferiority(interval: list[float], margin: float) -> str:
-    """The non-inferiority outcome of a 95% interval of after - before, for a margin fixed in advance:
-    'met' (lower end above -margin: no worse than the margin, even if also significantly below 0),
-    'worse' (upper end below 0 and no worse than the margin not shown), 'inconclusive' (neither)."""
-    lo, hi = interval
-    if lo > -margin:
-        return "met"
-    if hi < 0:
-        return "worse"
-    return "inconclusive"
-
-
 def grid_edge_counts(chosen: list[float], grid: tuple[float, ...]) -> tuple[int, int]:
     """How many cross-validated choices of C sit at the grid's lower (strongest regularization) / upper edge."""
     return sum(c == min(grid) for c in chosen), sum(c == max(grid) for c in chosen)
@@ -329,326 +295,53 @@ def _loss_curves(run_dir: Path, out: Path, before_val: float | None, freeze_step
     save_figure(fig, out)
 
 
-def _lpft(train_cfg: dict) -> tuple[int, float]:
-    """(frozen-encoder steps, encoder lr scale) of a run's train config; (0, 1.0) for runs made before LP-FT."""
-    return int(train_cfg.get("freeze_backbone_steps", 0)), float(train_cfg.get("backbone_lr_scale", 1.0))
+def goal_outcome(probes: dict) -> str:
+    """The goal (probe accuracy no worse after fine-tuning) from the per-task non-inferiority outcomes: 'met' when
+    every task's test is met, 'worse' when any task is significantly worse, 'inconclusive' otherwise."""
+    outcomes = [p["noninferiority"] for p in probes.values()]
+    if all(o == "met" for o in outcomes):
+        return "met"
+    return "worse" if "worse" in outcomes else "inconclusive"
 
 
-def _head_only(train_cfg: dict) -> bool:
-    """The encoder frozen for the whole run (--freeze-backbone-steps = --max-steps): only the head trains."""
-    return _lpft(train_cfg)[0] >= int(train_cfg["max_steps"])
-
-
-def _schedule_words(train_cfg: dict, steps: int) -> str:
-    """How a run was fine-tuned, in words: '250 steps' or '350 steps, LP-FT: ...'."""
-    n_frozen, scale = _lpft(train_cfg)
-    if _head_only(train_cfg):
-        return f"{steps} steps, head only: the encoder frozen throughout"
-    if not n_frozen and scale == 1.0:
-        return f"{steps} steps, every weight trained from the first"
-    words = f"{steps} steps, LP-FT: "
-    if n_frozen:
-        words += (f"the first {n_frozen} train only the head (encoder frozen), the last {steps - n_frozen} "
-                  "everything")
-    else:
-        words += "everything trained from the first step"
-    if scale != 1.0:
-        words += f", the encoder at {scale:g} x the head's learning rate"
-    return words
-
-
-def _markdown(r: dict) -> str:
-    cfg, b, a = r["config"], r["before"], r["after"]
-    n_frozen, scale = _lpft(cfg["train"])
-    lpft = ""
-    if _head_only(cfg["train"]):
-        lpft = (f" Head only: for all {n_frozen} steps the encoder stays frozen bit for bit and only the masked-LM "
-                "head trains (the first stage of LP-FT, run to the end), so the probes see the pretrained "
-                "encoder's features after fine-tuning too.")
-    elif n_frozen or scale != 1.0:
-        warm = cfg["train"]["warmup_steps"]
-        lpft = (" LP-FT (Kumar et al. 2022): " + (f"for the first {n_frozen} steps only the head trains, the encoder "
-                                                   "frozen bit for bit; then everything, " if n_frozen else "")
-                + f"the encoder's learning rate {scale:g} x the head's"
-                + (f", with its own {warm}-step warm-up from step {n_frozen}" if n_frozen else "") + ".")
-    frozen = cfg["train"].get("frozen_parameters") or []
-    if frozen:
-        lpft += (" Encoder parameters matching " + ", ".join(f"`{p}`" for p in frozen) + " stay at their "
-                 "pretrained weights throughout (`train.frozen_parameters`).")
-    alpha = float(r.get("encoder_alpha", 1.0))
-    if alpha != 1.0:
-        lpft += (f" Then WiSE-FT (Wortsman et al. 2022): every number and sample labelled \"after\" comes from the "
-                 f"encoder (1 - {alpha:g}) x pretrained + {alpha:g} x fine-tuned, under the fine-tuned head "
-                 "(`--encoder-alpha`).")
-    lines = [
-        "# BERT -> generative model: the MiniLM BERT fine-tuned with MDLM on Jane Austen"
-        + (" (head only, encoder frozen)" if _head_only(cfg["train"]) else
-           " (LP-FT: head first, then everything)" if n_frozen or scale != 1.0 else "")
-        + (", " + ", ".join(frozen) + " frozen" if frozen else "")
-        + (f", WiSE-FT alpha {alpha:g}" if alpha != 1.0 else ""),
-        "",
-        f"Made by `{r['command']}` ({r['total_seconds']:.0f} s wall clock, "
-        + (f"of which {r['train_seconds']:.0f} s training; " if r.get("trained_in_this_call", True) else
-           f"scoring only: the run folder held the finished fine-tuning ({r['train_seconds']:.0f} s of training when "
-           "it was made), reused without training; ")
-        + f"{r['torch_threads']} torch thread on a {r['cpu_count']}-core machine shared with other jobs, "
-        f"load average {r['load_average_at_start']:.1f} at the start). Every number below comes from that run "
-        "(`results.json`).",
-        "",
-        "The MDLM paper (Table 4) turns a pretrained BERT into a generative model by fine-tuning it with the "
-        "MDLM objective. Here, at CPU scale: the backbone is seqdiff's `bert` (post-norm BERT, exact GELU) "
-        f"loaded from the MiniLM BERT of the `bert-vocab` data source ({r['parameters']:,} parameters: "
-        f"{cfg['model']['n_layers']} layers, {cfg['model']['hidden_size']} wide, {cfg['model']['n_heads']} heads; "
-        "an encoder without a masked-LM head, so the head (dense + GELU + LayerNorm, decoder tied to the word "
-        "embeddings) starts fresh). bert-base-uncased WordPiece, [MASK] as the mask token, no time conditioning. "
-        f"Fine-tuning: Austen's novels split by whole novels (train: four novels; valid: Northanger Abbey; test: "
-        f"Persuasion), blocks of {cfg['data']['seq_len']} tokens, batch {cfg['data']['batch_size']}, "
-        f"{a['step']} steps ({a['step'] * cfg['data']['batch_size'] * cfg['data']['seq_len']:,} tokens), AdamW lr "
-        f"{cfg['train']['lr']} with warm-up and cosine decay, dropout {cfg['model']['dropout']}, EMA "
-        f"{cfg['train']['ema_decay']} (evaluated with the EMA weights).{lpft} Recipe: "
-        "`configs/austen_bert_init_mdlm.yaml` (full-size budget); `seqdiff train --config "
-        "configs/austen_bert_init_mdlm.yaml` runs it.",
-        "",
-        "## Test bound (Persuasion, never trained on)",
-        "",
-        "| model | NELBO nats / token | bits / token | perplexity bound | tokens scored |",
-        "| --- | ---: | ---: | ---: | ---: |",
-    ]
-    for name, m in (("before fine-tuning (pretrained encoder, fresh head)", b), ("after fine-tuning", a)):
+def table(r: dict) -> str:
+    """table.md: the numbers of results.json as tables (the report's README.md is written by hand)."""
+    alpha = r.get("encoder_alpha", 1.0)
+    lines = [f"Made by `{r['command']}`; numbers from `results.json`"
+             + (f"; 'after' is the WiSE-FT encoder, alpha {alpha:g}." if alpha != 1.0 else "."), "",
+             "| model | test NELBO nats / token | bits / token | perplexity bound | tokens scored |",
+             "| --- | ---: | ---: | ---: | ---: |"]
+    rows = [("before", r["before"]), ("after", r["after"])]
+    rows += [("baseline", r["baseline"])] if "baseline" in r else []
+    for name, m in rows:
         e = m["test"]
-        lines.append(f"| {name} | {e['nll_nats_per_token']:.3f} | {e['bits_per_token']:.3f} | "
+        lines.append(f"| {name} (step {m['step']}) | {e['nll_nats_per_token']:.3f} | {e['bits_per_token']:.3f} | "
                      f"{e['perplexity']:.1f} | {e['num_tokens']:,} |")
-    lines += [
-        "",
-        f"Upper bounds on the NLL (MDLM's NELBO), {r['eval']['t_samples']} Monte Carlo draws of (t, mask) per "
-        f"block, identical draws for both models, on the first {r['eval']['blocks']} blocks of the test novel. "
-        f"For scale: a uniform guess over the {r['vocab_size']:,} WordPiece ids costs {np.log(r['vocab_size']):.2f} "
-        "nats per token. Before fine-tuning the head is untrained, so the bound is near that: the pretrained "
-        "encoder alone is not a generative model.",
-        "",
-        "![loss curves](loss_curves.png)",
-        "",
-        "## Frozen-embedding probes (before vs after fine-tuning)",
-        "",
-        "Mean-pooled last-layer hidden states of clean passages ([CLS] + "
-        f"{cfg['data']['seq_len'] - 2} WordPiece tokens + [SEP]), standardized, then a logistic regression whose "
-        "regularization is chosen by 5-fold cross-validation on the training passages"
-        + (f" (C from {', '.join(f'{c:g}' for c in r['probe_cs'])})" if "probe_cs" in r else "")
-        + "; the same passages and splits for both models. Interval: paired bootstrap over test passages.",
-        "",
-        "| task | classes | train / test passages | split | accuracy before | accuracy after | after - before "
-        "(95% interval) | balanced acc. before / after | C before / after |",
-        "| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |",
-    ]
+    margin = r.get("noninferiority_margin")  # results.json files from before the margin have no test
+    lines += ["", f"| probe | train / test passages (test texts) | accuracy before | accuracy after | after - before "
+              f"| 95% interval, passages | 95% interval, texts | non-inferiority (margin {margin}) | C before / after "
+              f"| C fits at the grid's low / high edge |",
+              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: |"]
     for task, p in r["probes"].items():
         pb, pa = p["before"], p["after"]
         lo, hi = p["difference_interval"]
-        lines.append(f"| {task} | {len(p['labels'])} | {pb['n_train']} / {pb['n_test']} | {p['split']} | "
-                     f"{pb['accuracy']:.3f} | {pa['accuracy']:.3f} | {pa['accuracy'] - pb['accuracy']:+.3f} "
-                     f"[{lo:+.3f}, {hi:+.3f}] | {pb['balanced_accuracy']:.3f} / {pa['balanced_accuracy']:.3f} | "
-                     f"{pb['C']:g} / {pa['C']:g} |")
-    lines += [""] + (_noninferiority_section(r) if "noninferiority_margin" in r else [r["verdict"]])
-    lines += ["", _discussion(r), ""]
+        glo, ghi = p.get("difference_interval_by_text", [float("nan")] * 2)
+        low, high = grid_edge_counts([pb["C"], pa["C"]], tuple(r.get("probe_cs", OLD_PROBE_CS)))
+        lines.append(f"| {task} | {pb['n_train']} / {pb['n_test']} ({p.get('test_texts', '')}) | "
+                     f"{pb['accuracy']:.3f} | {pa['accuracy']:.3f} | {pa['accuracy'] - pb['accuracy']:+.3f} | "
+                     f"[{lo:+.3f}, {hi:+.3f}] | "
+                     f"[{glo:+.3f}, {ghi:+.3f}] | {p.get('noninferiority', '')} | {pb['C']:g} / {pa['C']:g} | "
+                     f"{low} / {high} |")
     if "baseline" in r:
-        lines += _baseline_section(r) + [""]
-    lines += [
-              f"## Samples ({cfg['sample']['seq_len']} tokens, {a['samples']['sampler']} MDLM sampler, "
-              f"{cfg['sample']['steps']} steps, "
-              f"seed {cfg['sample']['seed']})", ""]
-    for name, m in (("After fine-tuning", a), ("Before fine-tuning", b)):
-        g = m["samples"]
-        lines += [f"### {name} ({g['denoiser_calls']} denoiser calls; distinct-2 {g['metrics']['distinct_2']:.2f}, "
-                  f"repetition-2 {g['metrics']['repetition_2']:.2f})", ""]
-        shown = g["texts"] if name.startswith("After") else g["texts"][:2]
-        lines += [f"    {t}" for t in shown] + [""]
-    return "\n".join(lines)
-
-
-def _noninferiority_section(r: dict) -> list[str]:
-    """The probe goal as a non-inferiority test: the margin, the rule, per-task outcomes and the verdict."""
-    m = r["noninferiority_margin"]
-    lines = [
-        f"### Non-inferiority test (margin {m:g}, fixed before the results)",
-        "",
-        f"\"No worse\" is tested as non-inferiority with a margin of {m:g} ({100 * m:g} points of accuracy), declared "
-        "before any probe was scored with it (`--noninferiority-margin`, default `NONINFERIORITY_MARGIN` in "
-        "`experiments/bert_init.py`): **met** when the lower end of the 95% paired bootstrap interval of "
-        f"accuracy(after) - accuracy(before) (2,000 resamples of the test passages) is above -{m:g}; **significantly "
-        f"worse** when its upper end is below 0 and its lower end is not above -{m:g}; **inconclusive** otherwise. "
-        "The goal is met when every task's test is met. Secondary, declared with it and not used for the verdict: "
-        "the same interval resampling whole test texts (novels, plays) instead of passages, because passages of one "
-        "text are not independent.",
-        "",
-        "| task | test passages (texts) | after - before | 95% interval, passages | outcome | 95% interval, whole "
-        "texts (secondary) |",
-        "| --- | ---: | ---: | ---: | --- | ---: |",
-    ]
-    for task, p in r["probes"].items():
-        lo, hi = p["difference_interval"]
-        glo, ghi = p["difference_interval_by_text"]
-        lines.append(f"| {task} | {p['before']['n_test']} ({p['test_texts']}) | "
-                     f"{p['after']['accuracy'] - p['before']['accuracy']:+.3f} | [{lo:+.3f}, {hi:+.3f}] | "
-                     f"{p['noninferiority']} | [{glo:+.3f}, {ghi:+.3f}] |")
-    return lines + ["", r["verdict"]]
-
-
-def _baseline_section(r: dict) -> list[str]:
-    """This run against another finished run of the pipeline: same test draws, same probe passages."""
-    base, a = r["baseline"], r["after"]
-    mine = {v["after_steps"]: v["nll"] for v in r.get("val_curve", [])}
-    theirs = {v["after_steps"]: v["nll"] for v in base["val_curve"]}
-    lines = [
-        f"## Compared with the baseline run (`{base['run_dir']}`)",
-        "",
-        f"This run: {_schedule_words(r['config']['train'], r['config']['train']['max_steps'])}. Baseline: "
-        f"{_schedule_words(base['train'], base['train']['max_steps'])} (its checkpoint: step {base['step']}). "
-        "Both scored here, with the same test blocks and draws and the same probe passages and splits.",
-        "",
-        "| | this run | baseline |",
-        "| --- | ---: | ---: |",
-        f"| optimizer steps of the scored weights | {a['step']} | {base['step']} |",
-        f"| test bound, nats / token (perplexity bound) | {a['test']['nll_nats_per_token']:.3f} "
-        f"({a['test']['perplexity']:,.0f}) | {base['test']['nll_nats_per_token']:.3f} "
-        f"({base['test']['perplexity']:,.0f}) |",
-    ]
-    for steps in sorted(set(mine) & set(theirs)):
-        lines.append(f"| validation bound after {steps} steps (EMA, {r['config']['train']['val_batches']} batches) | "
-                     f"{mine[steps]:.3f} | {theirs[steps]:.3f} |")
-    for task, p in r["probes"].items():
-        lo, hi = p["difference_interval_vs_baseline"]
-        diff = p["after"]["accuracy"] - p["baseline"]["accuracy"]
-        lines.append(f"| {task} probe accuracy (this - baseline: {diff:+.3f}, 95% interval [{lo:+.3f}, {hi:+.3f}]) | "
-                     f"{p['after']['accuracy']:.3f} | {p['baseline']['accuracy']:.3f} |")
-    d_test = a["test"]["nll_nats_per_token"] - base["test"]["nll_nats_per_token"]
-    words = (f"Bound: this run's test bound is {abs(d_test):.3f} nats per token {'above' if d_test > 0 else 'below'} "
-             f"the baseline's ({a['step']} vs {base['step']} steps)")
-    shared = sorted(set(mine) & set(theirs))
-    if shared:
-        d_val = mine[shared[-1]] - theirs[shared[-1]]
-        words += (f"; at equal steps ({shared[-1]}) its validation bound is {abs(d_val):.3f} nats per token "
-                  f"{'above' if d_val > 0 else 'below'} the baseline's")
-    return lines + ["", words + " (lower is better)."]
-
-
-def _discussion(r: dict) -> str:
-    """What the numbers say, and, when the probe goal is missed, the likely cause and the remedies not run."""
-    a, b = r["after"]["test"], r["before"]["test"]
-    curve = [v["nll"] for v in r.get("val_curve", [])]
-    if len(curve) < 2:  # reports made before the curve was recorded: read off their plot
-        trend = "the validation curve above was still falling when training stopped"
-    elif curve[-1] < curve[-2]:
-        trend = (f"the validation bound was still falling at the last validation ({curve[-2]:.3f} -> "
-                 f"{curve[-1]:.3f})")
-    else:
-        trend = f"the validation bound stopped falling at the end ({curve[-2]:.3f} -> {curve[-1]:.3f})"
-    n_frozen, scale = _lpft(r["config"]["train"])
-    # read off the samples of the runs made so far: the LP-FT run's keep much of the random vocabulary
-    samples = ("move from random vocabulary toward Austen's words and punctuation, still mixed with unrelated "
-               "words" if n_frozen or scale != 1.0 else "move from random vocabulary to Austen's words and punctuation")
-    alpha = float(r.get("encoder_alpha", 1.0))
-    if alpha != 1.0:
-        trend += (" (the validation bound is logged during training: the fine-tuned weights as trained, before "
-                  "WiSE-FT)")
-    paras = [f"**Generation.** Fine-tuning lowers the test bound from {b['nll_nats_per_token']:.2f} to "
-             f"{a['nll_nats_per_token']:.2f} nats per token (perplexity bound {b['perplexity']:,.0f} -> "
-             f"{a['perplexity']:,.0f}) after {r['after']['step']} steps, and the samples {samples}, without grammar "
-             "yet: at this budget (a few hundred thousand tokens on a shared CPU) the model is far from converged; "
-             f"{trend}."]
-    if _head_only(r["config"]["train"]):
-        paras.append("**Head only.** The encoder never changes, so each probe sees the same features before and "
-                     "after and its difference is 0 by construction: the probe test passes trivially and says "
-                     "nothing about fine-tuning. This run is the reference for what training the encoder adds to "
-                     "the bound" + (", next to the baseline run below." if "baseline" in r else "."))
-        return "\n\n".join(paras)
-    chosen = [p[tag]["C"] for p in r["probes"].values() for tag in ("before", "after")]
-    edge_note = _edge_note(chosen, tuple(r.get("probe_cs", OLD_PROBE_CS)))
-    worse = {t: p for t, p in r["probes"].items() if p["difference_interval"][1] < 0}
-    if worse:
-        names = ", ".join(worse)
-        if n_frozen or scale != 1.0:
-            paras.append(
-                f"**The probe still got worse on {names}, with LP-FT.** Training the head first ({n_frozen} steps, "
-                f"encoder frozen) and the encoder at {scale:g} x the head's learning rate is the remedy Kumar et al. "
-                "2022 give for feature distortion through a fresh head; here it did not keep the probe where it "
-                f"was ({_drops(r, worse)}). Not tried: a longer head-only phase, a still smaller encoder learning "
-                "rate, a longer run, and probing an earlier layer." + edge_note)
-            return "\n\n".join(paras)
-        paras.append(
-            f"**Why the probe got worse on {names}: the likely cause, not tested here.** The MiniLM was trained as a "
-            "sentence encoder whose mean-pooled last layer is its product; the MDLM objective instead asks the last "
-            "layer to predict masked tokens through a head that starts random, and the large early gradients "
-            "through a random head move the encoder's features before the head is useful (the feature distortion "
-            "that Kumar et al. 2022, \"Fine-Tuning can Distort Pretrained Features\", describe for fine-tuning "
-            "with a fresh head). The out-of-domain genre probe did not move. Not tried for lack of CPU time: "
-            "training the head alone first with the encoder frozen (linear probe, then fine-tune), a lower "
-            "learning rate for the encoder than for the head, a longer run, and probing an earlier layer." + edge_note)
-    elif n_frozen or scale != 1.0:
-        paras.append(
-            ("**LP-FT, then WiSE-FT.**" if alpha != 1.0 else "**LP-FT.**") + " With the head trained first"
-            + (f" ({n_frozen} steps, encoder frozen)" if n_frozen else "")
-            + f" and the encoder at {scale:g} x the head's learning rate (Kumar et al. 2022's remedy for feature "
-            "distortion through a fresh head)"
-            + (f", and the encoder then taken back to {1 - alpha:g} x pretrained + {alpha:g} x fine-tuned"
-               if alpha != 1.0 else "")
-            + ", no probe is significantly worse after fine-tuning: every 95% interval of after - before reaches "
-            "0 or above."
-            + (" The comparison with the baseline run below shows what that changed in the bound and the probes."
-               if "baseline" in r else "") + edge_note)
-    return "\n\n".join(paras)
-
-
-def _drops(r: dict, tasks: dict) -> str:
-    """'austen-novel: -0.019 [-0.029, -0.009]; the baseline run on the same passages: -0.140', task by task."""
-    parts = []
-    for task, p in tasks.items():
-        lo, hi = p["difference_interval"]
-        words = f"{task}: after - before {p['after']['accuracy'] - p['before']['accuracy']:+.3f} [{lo:+.3f}, {hi:+.3f}]"
-        if "baseline" in p:
-            words += (f", where the baseline run ends {p['baseline']['accuracy'] - p['before']['accuracy']:+.3f} on "
-                      "the same passages")
-        parts.append(words)
-    return "; ".join(parts)
-
-
-def _edge_note(chosen: list[float], grid: tuple[float, ...]) -> str:
-    """One sentence on where the cross-validated C landed in the grid (at an edge, the grid may cap accuracy)."""
-    low, high = grid_edge_counts(chosen, grid)
-    if not (low or high):
-        return (f" The cross-validated C stayed inside the grid ({min(grid):g} .. {max(grid):g}) in all "
-                f"{len(chosen)} fits.")
-    return (" The cross-validation chose the grid's "
-            + " and ".join(([f"strongest regularization (C = {min(grid):g}) in {low}"] if low else [])
-                           + ([f"weakest (C = {max(grid):g}) in {high}"] if high else []))
-            + f" of the {len(chosen)} fits, so the grid's edge may cap the accuracies"
-            + ("; a wider grid was not tried." if tuple(grid) == OLD_PROBE_CS else "."))
-
-
-def _verdict(probes: dict, margin: float) -> str:
-    """Goal: the probe is no worse after fine-tuning, as a non-inferiority test with a margin fixed in advance.
-
-    Per task, from the paired bootstrap interval of after - before: met (lower end above -margin), worse (upper end
-    below 0, lower end not above -margin) or inconclusive. The goal is met when every task's test is met.
-    """
-    parts, outcomes = [], []
-    for task, p in probes.items():
-        diff = p["after"]["accuracy"] - p["before"]["accuracy"]
-        lo, hi = p["difference_interval"]
-        outcome = noninferiority([lo, hi], margin)
-        outcomes.append(outcome)
-        words = {"met": f"no worse than the margin (lower end {lo:+.3f} > {-margin:+.3f})"
-                        + (", though significantly below 0" if hi < 0 else ""),
-                 "worse": f"significantly worse (upper end {hi:+.3f} < 0; lower end {lo:+.3f} not above "
-                          f"{-margin:+.3f})",
-                 "inconclusive": f"inconclusive (the interval reaches below {-margin:+.3f} and above 0)"}[outcome]
-        parts.append(f"{task}: after - before {diff:+.3f}, 95% interval [{lo:+.3f}, {hi:+.3f}]: {words}")
-    if all(o == "met" for o in outcomes):
-        head = "**met**"
-    elif "worse" in outcomes:
-        head = "**not met: significantly worse**"
-    else:
-        head = "**not met: inconclusive**"
-    return (f"Goal (probe accuracy no worse after fine-tuning: non-inferiority with margin {margin:g}, fixed in "
-            f"advance): {head} — " + "; ".join(parts) + ".")
+        lines += ["", "| probe | accuracy baseline | accuracy this run | this run - baseline (95% interval) |",
+                  "| --- | ---: | ---: | ---: |"]
+        for task, p in r["probes"].items():
+            lo, hi = p["difference_interval_vs_baseline"]
+            lines.append(f"| {task} | {p['baseline']['accuracy']:.3f} | {p['after']['accuracy']:.3f} | "
+                         f"{p['after']['accuracy'] - p['baseline']['accuracy']:+.3f} [{lo:+.3f}, {hi:+.3f}] |")
+    if margin is not None:
+        lines += ["", f"Goal (every probe's non-inferiority test met): {goal_outcome(r['probes'])}."]
+    return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -668,8 +361,8 @@ def main(argv: list[str] | None = None) -> int:
             result = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
             parser.error(f"--render-only: {path} is not a readable results.json of this pipeline ({e})")
-        write_atomically(out_dir / "README.md", _markdown(result))
-        print(f"written: {out_dir / 'README.md'}", file=sys.stderr)
+        write_atomically(out_dir / "table.md", table(result))
+        print(f"written: {out_dir / 'table.md'}", file=sys.stderr)
         return 0
     start = time.perf_counter()
     config = run_config(args)
@@ -769,15 +462,15 @@ def main(argv: list[str] | None = None) -> int:
     result.update({"config": dataclasses.asdict(config), "before": scores["before"], "after": scores["after"],
                    "probes": probes, "probe_cs": list(PROBE_CS),
                    "noninferiority_margin": args.noninferiority_margin,
-                   "verdict": _verdict(probes, args.noninferiority_margin)})
+                   "goal_outcome": goal_outcome(probes)})
     result["total_seconds"] = time.perf_counter() - start
 
     out_dir.mkdir(parents=True, exist_ok=True)
     _loss_curves(run_dir, out_dir / "loss_curves.png", scores["before"]["test"]["nll_nats_per_token"],
                  freeze_steps=config.train.freeze_backbone_steps, baseline_dir=baseline_dir)
     write_atomically(out_dir / "results.json", json.dumps(result, indent=2) + "\n")
-    write_atomically(out_dir / "README.md", _markdown(result))
-    log(f"written: {out_dir}/results.json, README.md, loss_curves.png")
+    write_atomically(out_dir / "table.md", table(result))
+    log(f"written: {out_dir}/results.json, table.md, loss_curves.png")
     return 0
 
 

@@ -16,7 +16,8 @@ Every variant gets the MDLM test bound (nats per token, the same blocks and draw
 probe of `experiments.bert_init` (same passages, splits, C grid and seed), with a paired bootstrap interval of
 its accuracy minus the pretrained encoder's and the non-inferiority outcome at the run's margin.
 
-Writes <out>/results.json, <out>/README.md (the command in its header) and <out>/tradeoff.png.
+Writes <out>/results.json, <out>/table.md (its numbers as a table) and <out>/tradeoff.png; the report's
+README.md is written by hand.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from pathlib import Path
 
 import torch
 
-from experiments.bert_init import NONINFERIORITY_MARGIN, PROBE_CS, austen_task, noninferiority, paired_bootstrap
+from experiments.bert_init import NONINFERIORITY_MARGIN, PROBE_CS, austen_task
 from seqdiff.backbones.wise_ft import State, encoder_keys, interpolate, pretrained_and_finetuned
 from seqdiff.checkpoint import CheckpointError, LoadedModel, load_checkpoint
 from seqdiff.config import ConfigError
@@ -40,6 +41,7 @@ from seqdiff.data.text import tokenize_file
 from seqdiff.evaluation.generate import write_atomically
 from seqdiff.evaluation.likelihood import evaluate_tokens
 from seqdiff.evaluation.probe import logistic_probe, mean_pooled_features
+from seqdiff.evaluation.stats import noninferiority, paired_bootstrap
 from seqdiff.figures import pyplot, save_figure
 from seqdiff.training.run import LAST_CHECKPOINT
 
@@ -167,36 +169,24 @@ def main(argv: list[str] | None = None) -> int:
               "total_seconds": time.perf_counter() - start}
     out_dir.mkdir(parents=True, exist_ok=True)
     write_atomically(out_dir / "results.json", json.dumps(result, indent=2) + "\n")
-    write_atomically(out_dir / "README.md", markdown(result))
+    write_atomically(out_dir / "table.md", table(result))
     save_figure(tradeoff_figure(result), out_dir / "tradeoff.png")
-    log(f"written: {out_dir}/results.json, README.md, tradeoff.png")
+    log(f"written: {out_dir}/results.json, table.md, tradeoff.png")
     return 0
 
 
-def markdown(r: dict) -> str:
-    lines = [f"# Where the austen-novel probe drop lives: `{r['run_dir']}` (step {r['step']})", "",
-             f"Made by `{r['command']}` ({r['total_seconds']:.0f} s). Nothing is trained: every row is an encoder "
-             "built from the run's pretrained and fine-tuned weights, under the run's fine-tuned head.", "",
-             f"- Test bound: MDLM NELBO in nats per WordPiece token on the first {r['eval_blocks']} blocks of "
-             f"{r['test_file']}, {r['t_samples']} draws of (t, mask) per block, the same draws (seed {r['seed']}) for "
-             "every row.",
-             f"- Probe: austen-novel as in `experiments.bert_init` ({r['probe_passages']['train']} train / "
-             f"{r['probe_passages']['test']} test passages, mean-pooled last layer, cross-validated logistic "
-             "regression); difference: accuracy minus the pretrained encoder's (alpha = 0), 95% paired bootstrap "
-             "interval over test passages; outcome: the non-inferiority test at margin "
-             f"{r['noninferiority_margin']:g}.",
-             "- alpha: encoder = (1 - alpha) x pretrained + alpha x fine-tuned (WiSE-FT); \"pretrained\" parts: the "
-             f"fine-tuned model with that part's weights put back (lower blocks: 1-{r['n_layers'] // 2}, upper: "
-             f"{r['n_layers'] // 2 + 1}-{r['n_layers']}).", "",
-             "| encoder | test bound (nats / token) | probe accuracy | difference [95%] | outcome | C |",
+def table(r: dict) -> str:
+    """table.md: the numbers of results.json as a table (the report's README.md is written by hand)."""
+    lines = [f"Made by `{r['command']}`; numbers from `results.json`. Difference: probe accuracy minus the pretrained "
+             f"encoder's (alpha = 0), 95% paired bootstrap interval; outcome at margin {r['noninferiority_margin']:g}.",
+             "", "| encoder | test bound (nats / token) | probe accuracy | difference [95%] | outcome | C |",
              "| --- | ---: | ---: | ---: | --- | ---: |"]
     for name, row in r["variants"].items():
         lo, hi = row["difference_interval"]
         lines.append(f"| {name} | {row['test_nll_nats_per_token']:.3f} | {row['probe']['accuracy']:.3f} | "
                      f"{row['difference']:+.3f} [{lo:+.3f}, {hi:+.3f}] | {row['noninferiority']} | "
                      f"{row['probe']['C']:g} |")
-    lines += ["", "![bound against probe difference](tradeoff.png)", ""]
-    return "\n".join(lines)
+    return "\n".join(lines) + "\n"
 
 
 def tradeoff_figure(r: dict):

@@ -13,7 +13,8 @@ one recipe (the resolved config without train.seed and sample.seed) and one marg
 appears exactly once. Reports whose seed is not counted (e.g. a run whose setting was chosen after seeing
 its result) are listed but do not enter the verdict.
 
-Writes <out>/results.json, <out>/README.md (the command in its header) and <out>/intervals.png.
+Writes <out>/results.json, <out>/table.md (its numbers as tables) and <out>/intervals.png; the report's
+README.md is written by hand.
 """
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ import statistics
 import sys
 from pathlib import Path
 
-from experiments.bert_init import noninferiority
 from seqdiff.evaluation.generate import write_atomically
+from seqdiff.evaluation.stats import noninferiority
 from seqdiff.figures import pyplot, save_figure
 
 
@@ -44,7 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the recipe is 'no worse' when the test is met for at least this many counted seeds")
     p.add_argument("--declared-in", default=None,
                    help="where the rule was declared before the counted seeds were trained (e.g. a commit)")
-    p.add_argument("--out", required=True, help="directory for results.json and README.md")
+    p.add_argument("--out", required=True, help="directory for results.json, table.md and intervals.png")
     return p
 
 
@@ -126,14 +127,12 @@ def combine(directories: list[Path], counted: set[int], min_met: int) -> dict:
             "test_bound_over_counted": {"mean": statistics.fmean(bounds), "min": min(bounds), "max": max(bounds)}}
 
 
-def markdown(summary: dict, command: str) -> str:
+def table(summary: dict, command: str) -> str:
+    """table.md: the numbers of results.json as tables (the report's README.md is written by hand)."""
     tasks = list(summary["rows"][0]["probes"])
     declared = f" (declared in {summary['declared_in']})" if summary.get("declared_in") else ""
-    lines = ["# Probe non-inferiority over fine-tuning seeds", "",
-             f"Made by `{command}` from the reports listed below (each names the command that trained and scored "
-             f"it). Rule{declared}: the recipe is \"no worse\" when the "
-             f"non-inferiority test (margin {summary['margin']:g}, every probe) is met for at least "
-             f"{summary['min_met']} of the counted seeds {summary['counted_seeds']}.", "",
+    lines = [f"Made by `{command}`; numbers from `results.json`. Rule{declared}: margin {summary['margin']:g}, "
+             f"counted seeds {summary['counted_seeds']}, at least {summary['min_met']} met needed.", "",
              "| seed | counted | test bound (nats / token) | "
              + " | ".join(f"{t} after - before [95%] | outcome" for t in tasks) + " | test met |",
              "| ---: | --- | ---: | " + " | ".join("---: | ---" for _ in tasks) + " | --- |"]
@@ -142,16 +141,13 @@ def markdown(summary: dict, command: str) -> str:
                  f"{row['probes'][t]['interval'][1]:+.3f}] | {row['probes'][t]['outcome']}" for t in tasks]
         lines.append(f"| {row['seed']} | {'yes' if row['counted'] else 'no'} | {row['test_bound']:.3f} | "
                      + " | ".join(cells) + f" | {'yes' if row['met'] else 'no'} |")
-    verdict = "**no worse: shown**" if summary["no_worse_shown"] else "**no worse: not shown**"
-    lines += ["", f"Verdict by the rule: the test is met for {summary['met_count']} of "
-                  f"{len(summary['counted_seeds'])} counted seeds (needed: {summary['min_met']}): {verdict}.", ""]
-    for task, s in summary["difference_over_counted"].items():
-        lines.append(f"- {task}: after - before over the counted seeds: mean {s['mean']:+.3f}, range "
-                     f"[{s['min']:+.3f}, {s['max']:+.3f}].")
+    lines += ["", f"Met for {summary['met_count']} of {len(summary['counted_seeds'])} counted seeds; "
+              f"no_worse_shown: {summary['no_worse_shown']}.", "",
+              "| over the counted seeds | mean | min | max |", "| --- | ---: | ---: | ---: |"]
+    lines += [f"| {task} after - before | {s['mean']:+.3f} | {s['min']:+.3f} | {s['max']:+.3f} |"
+              for task, s in summary["difference_over_counted"].items()]
     b = summary["test_bound_over_counted"]
-    lines += [f"- Test bound after fine-tuning over the counted seeds: mean {b['mean']:.3f}, range "
-              f"[{b['min']:.3f}, {b['max']:.3f}] nats per token.", "", "![intervals per seed](intervals.png)", "",
-              "Reports:", ""]
+    lines += [f"| test bound after (nats / token) | {b['mean']:.3f} | {b['min']:.3f} | {b['max']:.3f} |", ""]
     lines += [f"- seed {row['seed']}: `{row['report']}`, made by `{row['command']}`" for row in summary["rows"]]
     return "\n".join(lines) + "\n"
 
@@ -203,8 +199,8 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     write_atomically(out / "results.json", json.dumps(summary, indent=2) + "\n")
     interval_figure(summary, out / "intervals.png")
-    write_atomically(out / "README.md", markdown(summary, command))
-    print(markdown(summary, command))
+    write_atomically(out / "table.md", table(summary, command))
+    print(table(summary, command))
     return 0
 
 

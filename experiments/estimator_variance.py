@@ -6,8 +6,8 @@ weights fixed, seqdiff.evaluation.estimator_variance.measure draws each estimato
 times, with the batch held fixed (the time sampler's own variance) and with a fresh batch every draw (the
 whole gradient noise of a step). Every estimator costs the same per draw: B rows, one forward and backward.
 
-Writes <out>/results.json and <out>/README.md (each to a temporary file, then renamed); the README's
-numbers all come from results.json.
+Writes <out>/results.json and <out>/table.md (its numbers as tables; each file to a temporary file, then
+renamed); the report's README.md is written by hand.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="seed of the initialization, the data and the noise")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     p.add_argument("--out", default=str(DEFAULT_OUT), help="output folder")
-    p.add_argument("--render", action="store_true", help="only rewrite <out>/README.md from <out>/results.json")
+    p.add_argument("--render", action="store_true", help="only rewrite <out>/table.md from <out>/results.json")
     return p
 
 
@@ -61,8 +61,7 @@ def _write_atomically(path: Path, text: str) -> None:
 
 
 def render(result: dict) -> str:
-    lines = ["# Variance of the MDLM training-loss estimators\n",
-             f"Made by `{result['command']}` on {result['date']} ({result['elapsed_s']:.0f} s, torch "
+    lines = [f"Made by `{result['command']}` on {result['date']} ({result['elapsed_s']:.0f} s, torch "
              f"{result['torch']}, {result['threads']} threads). Model: DiT preset {result['config']['preset']} "
              f"({result['params']:,} parameters), character tokenizer, trained {result['config']['train_steps']} "
              f"AdamW steps on the Shakespeare training split (final training loss {result['train_loss_final']:.3f} "
@@ -93,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.render:  # the tables from the numbers on disk (after a change of wording)
         result = json.loads((Path(args.out) / "results.json").read_text())
-        _write_atomically(Path(args.out) / "README.md", render(result))
+        _write_atomically(Path(args.out) / "table.md", render(result))
         return 0
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -151,9 +150,9 @@ def main(argv: list[str] | None = None) -> int:
     }
     out = Path(args.out)
     _write_atomically(out / "results.json", json.dumps(result, indent=2) + "\n")
-    _write_atomically(out / "README.md", render(result))
+    _write_atomically(out / "table.md", render(result))
     print(render(result))
-    print(f"written: {out / 'results.json'}, {out / 'README.md'}")
+    print(f"written: {out / 'results.json'}, {out / 'table.md'}")
     return 0
 
 

@@ -7,8 +7,8 @@ and is scored on the *validation* play (never the test play), with its training 
 A candidate is a list of `section.key=value` overrides of the quickstart recipe (CANDIDATES below, or
 `--extra NAME:key=value,key=value`). Finished runs are reused, so an interrupted sweep resumes where it
 stopped. Writes results.json (every run: validation bits per character, training seconds, steps, tokens) and
-README.md (the table and the command). The choice of the quickstart recipe is made by a person from it,
-under the quickstart's time budget; this command only measures.
+table.md (the table and the command); the report's README.md is written by hand. The choice of the quickstart
+recipe is made by a person from it, under the quickstart's time budget; this command only measures.
 """
 
 from __future__ import annotations
@@ -80,9 +80,8 @@ def run_candidate(name: str, overrides: list[str], run_root: Path) -> dict:
     return out
 
 
-def _readme(results: dict) -> str:
-    lines = ["# Quickstart sweep (validation play only)", "",
-             f"Made by `{results['command']}` ({results['torch_threads']} torch threads, load average "
+def table(results: dict) -> str:
+    lines = [f"Made by `{results['command']}` ({results['torch_threads']} torch threads, load average "
              f"{results['load_average_at_start']:.1f} at the start; seconds depend on the machine's load). "
              "Numbers from `results.json`. Bits per character on the validation play (MDLM: NELBO bound with "
              f"{NUM_T_SAMPLES} time samples per block; AR: exact).", "",
@@ -130,11 +129,11 @@ def main(argv: list[str] | None = None) -> int:
             results["candidates"][name] = run_candidate(name, candidates[name], Path(args.run_root))
             out.mkdir(parents=True, exist_ok=True)
             write_atomically(path, json.dumps(results, indent=2) + "\n")
-            write_atomically(out / "README.md", _readme(results))
+            write_atomically(out / "table.md", table(results))
     except ConfigError as e:
         print(f"quickstart_sweep: error: {e}", file=sys.stderr)
         return 2
-    print(_readme(results))
+    print(table(results))
     print(f"[sweep] {time.perf_counter() - start:.0f} s", file=sys.stderr)
     return 0
 

@@ -154,8 +154,9 @@ class MethodConfig:
 class TextDataConfig:
     """data.text: how text sources are cut into blocks and cached (data.kind=text)."""
 
-    block_mode: Literal["stream", "wrapped", "padded"] = "stream"
-    """Random windows of one token stream; EOS-joined documents in BOS..EOS rows; or one padded doc per row."""
+    block_mode: Literal["stream", "wrapped", "padded", "packed"] = "stream"
+    """Random windows of one token stream; EOS-joined documents in BOS..EOS rows; one padded doc per row; or
+    documents packed into full rows with document-aware attention (packed)."""
     documents: Literal["paragraphs", "lines"] = "paragraphs"
     """A .txt document is a blank-line-separated paragraph or one line (.jsonl / .parquet: one per record)."""
     detokenizer: str | None = None
@@ -253,6 +254,9 @@ class DataConfig:
                               f"a token, EOS), got {self.seq_len}")
         if self.kind == "fasta" and self.tokenizer != "nucleotide":
             raise ConfigError(f"data.kind=fasta needs data.tokenizer=nucleotide, got {self.tokenizer!r}")
+        if self.kind != "text" and self.text.block_mode == "packed":
+            raise ConfigError(f"data.text.block_mode=packed packs text documents: it needs data.kind=text, got "
+                              f"data.kind={self.kind} (its windows have no documents to pack)")
 
 
 # Spellings of the release before data.text / data.fasta (flat data.* keys), still read from recipes,

@@ -7,7 +7,8 @@ import json
 import pytest
 import torch
 
-from seqdiff.bench.harness import TRAIN_MODELS, expected_cached_speedup, main
+from seqdiff.bench import main
+from seqdiff.bench.models import TRAIN_MODELS, expected_cached_speedup
 from seqdiff.config import MethodConfig
 from seqdiff.methods import MDLM
 
@@ -113,7 +114,7 @@ def test_activation_option_picks_the_same_activation_contenders():
     """`--activation gelu`: the DiT uses the exact GELU and is compared with plain BERT and an exact-GELU GPT-2."""
     import math
 
-    from seqdiff.bench.harness import Shape, build_model, same_activation_pairs, train_models
+    from seqdiff.bench.models import Shape, build_model, same_activation_pairs, train_models
 
     assert train_models("gelu_tanh") == TRAIN_MODELS
     assert same_activation_pairs("gelu_tanh")["bidirectional"][1] == "hf_bert_gelu_new"

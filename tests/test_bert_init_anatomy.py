@@ -89,7 +89,7 @@ def test_the_endpoints_reproduce_the_bert_init_report(tmp_path, capsys):
     assert v["alpha=0"]["probe"]["accuracy"] == probe["before"]["accuracy"]
     assert v["alpha=0"]["difference"] == 0 and v["alpha=0"]["difference_interval"] == [0.0, 0.0]
     assert v["alpha=1"]["difference_interval"] == probe["difference_interval"]
-    assert len(v) == 6 and r["command"] in (tmp_path / "anatomy" / "README.md").read_text()
+    assert len(v) == 6 and r["command"] in (tmp_path / "anatomy" / "table.md").read_text()
     assert (tmp_path / "anatomy" / "tradeoff.png").is_file()
     # bert_init --encoder-alpha scores the interpolated encoder: its bound is anatomy's alpha=0.5 row
     assert bert_init.main(["--run-dir", str(tmp_path / "run"), "--out", str(tmp_path / "wise"), "--max-steps", "2",
@@ -99,7 +99,7 @@ def test_the_endpoints_reproduce_the_bert_init_report(tmp_path, capsys):
     assert wise["encoder_alpha"] == 0.5 and not wise["trained_in_this_call"]
     assert wise["after"]["test"]["nll_nats_per_token"] == v["alpha=0.5"]["test_nll_nats_per_token"]
     assert wise["probes"]["austen-novel"]["after"]["accuracy"] == v["alpha=0.5"]["probe"]["accuracy"]
-    assert "WiSE-FT alpha 0.5" in (tmp_path / "wise" / "README.md").read_text()
+    assert "WiSE-FT encoder, alpha 0.5" in (tmp_path / "wise" / "table.md").read_text()
     # the 'before' encoder is read from the run's model.init_from: a moved data directory is named, no traceback
     run = tmp_path / "run"
     ckpt = torch.load(run / "checkpoints" / "last.ckpt", weights_only=False)

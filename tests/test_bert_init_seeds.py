@@ -73,9 +73,9 @@ def test_cli_writes_the_table_with_its_command_and_refuses_bad_seeds(tmp_path, c
     out = tmp_path / "out"
     assert main([*dirs, "--counted-seeds", "1,2", "--min-met", "2", "--declared-in", "abc123", "--out",
                  str(out)]) == 0
-    text = (out / "README.md").read_text()
+    text = (out / "table.md").read_text()
     assert "python -m experiments.bert_init_seeds" in text and "declared in abc123" in text
-    assert "met for 2 of 2 counted seeds (needed: 2): **no worse: shown**" in text
+    assert "Met for 2 of 2 counted seeds; no_worse_shown: True." in text
     assert json.loads((out / "results.json").read_text())["met_count"] == 2
     assert (out / "intervals.png").stat().st_size > 0
     with pytest.raises(SystemExit):

@@ -53,6 +53,18 @@ def test_cpg_observed_expected():
     assert np.isnan(X.cpg_observed_expected(["AAAT"]))
 
 
+def test_the_table_shows_the_numbers_of_the_committed_summary():
+    summary = json.loads((Path(__file__).resolve().parents[1] / "reports" / "dna" / "summary.json").read_text())
+    text = X.table(summary)
+    for method, r in summary["models"].items():
+        assert f"| {method.upper()} | {r['test']['bits_per_base']:.4f} | {r['test']['perplexity']:.4f} |" in text
+    for order, bits in summary["markov"].items():
+        assert f"| Markov chain, {order.replace('_', ' ')} | {bits:.4f} |" in text
+    for name, m in summary["realism"]["sources"].items():
+        assert f"| {name} | {m['gc_content']:.4f} |" in text
+    assert f"{100 * summary['relative_gap']:+.2f}%" in text
+
+
 def test_loader_throughput_counts_every_worker_setting(slices):
     cfg = load_run_config(None, overrides(slices))
     dm = build_data_module(cfg.data, NucleotideTokenizer())
@@ -88,7 +100,8 @@ def test_pipeline_end_to_end_on_slices(slices, tmp_path, monkeypatch):
     fa = (out / "samples_mdlm.fa").read_text()  # an untrained model may emit N or special tokens: ACGT-only check
     assert fa.startswith(">sample_0") and fa.count(">sample_") == 4
     assert 0 <= summary["models"]["mdlm"]["sampling"]["non_acgt_fraction"] <= 1
-    readme = (out / "README.md").read_text()
-    assert readme.startswith("# DNA") and "python -m experiments.dna_experiment --runs" in readme
+    text = (out / "table.md").read_text()
+    assert text.startswith("Made by `python -m experiments.dna_experiment --runs") and not (out / "README.md").exists()
+    assert f"| MDLM | {m['bits_per_base']:.4f} |" in text and f"{100 * summary['relative_gap']:+.2f}%" in text
     assert (out / "val_curves.png").is_file() and (out / "realism.png").is_file()
     assert np.isfinite(summary["markov"]["order_2"])

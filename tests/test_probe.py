@@ -13,17 +13,15 @@ from experiments.bert_init import (
     OLD_PROBE_CS,
     PROBE_CS,
     SHAKESPEARE_GENRES,
-    _edge_note,
-    _verdict,
+    goal_outcome,
     grid_edge_counts,
-    noninferiority,
-    paired_bootstrap,
     passage_starts,
     passages,
 )
 from seqdiff.backbones import build_backbone
 from seqdiff.config import ModelConfig
 from seqdiff.evaluation.probe import logistic_probe, mean_pooled_features
+from seqdiff.evaluation.stats import noninferiority, paired_bootstrap
 from seqdiff.tokenizers import CharTokenizer
 
 
@@ -74,76 +72,39 @@ def test_passages_are_evenly_spaced_windows_framed_by_cls_and_sep():
         passages(tok, "short text", n=5, seq_len=12)
 
 
-def test_paired_bootstrap():
-    same = [True, False] * 50
-    assert paired_bootstrap(same, same) == [0.0, 0.0]
-    lo, hi = paired_bootstrap([False] * 100, [True] * 60 + [False] * 40)
-    assert 0.5 < lo <= 0.6 <= hi < 0.7  # the difference is exactly 0.6 on the full set
-
-
-def test_paired_bootstrap_by_groups_resamples_whole_texts():
-    # every passage of text "a" gains, every passage of "b" loses: passage by passage the mean difference (0) is
-    # pinned down, but with two texts a resample can hold only "a" (+1) or only "b" (-1)
-    before = [False] * 50 + [True] * 50
-    after = [True] * 50 + [False] * 50
-    groups = ["a"] * 50 + ["b"] * 50
-    lo, hi = paired_bootstrap(before, after)
-    assert -0.25 < lo < 0 < hi < 0.25
-    assert paired_bootstrap(before, after, groups=groups) == [-1.0, 1.0]
-    # one group: every resample is the full set
-    assert paired_bootstrap(before, after, groups=["a"] * 100) == [0.0, 0.0]
-    # unequal group sizes: a draw's difference is the mean over its passages, not the mean of group means
-    b, a = [False] * 30, [True] * 10 + [False] * 20
-    lo, hi = paired_bootstrap(b, a, groups=["x"] * 10 + ["y"] * 20, draws=4000)
-    assert lo == 0.0 and hi == 1.0  # only-y draws give 0, only-x draws give 1, mixed draws lie between
-
-
-@pytest.mark.parametrize(("interval", "outcome"), [
-    ([-0.015, 0.02], "met"),  # lower end above -0.02
-    ([-0.019, -0.001], "met"),  # significantly below 0, yet within the margin
-    ([-0.02, 0.03], "inconclusive"),  # on the margin: not above it
-    ([-0.05, 0.03], "inconclusive"),
-    ([-0.05, -0.001], "worse"),
-    ([-0.30, -0.15], "worse"),
-])
-def test_noninferiority_outcomes(interval, outcome):
-    assert noninferiority(interval, 0.02) == outcome
-
-
-def _probe(before, after):
+def _probe(before, after, margin=0.02):
     """A probe entry as main() writes it, from per-passage correctness arrays; the interval is the bootstrap's."""
     b, a = np.asarray(before), np.asarray(after)
+    interval = paired_bootstrap(b.tolist(), a.tolist())
     return {"before": {"accuracy": float(b.mean())}, "after": {"accuracy": float(a.mean())},
-            "difference_interval": paired_bootstrap(b.tolist(), a.tolist())}
+            "difference_interval": interval, "noninferiority": noninferiority(interval, margin)}
 
 
-def test_verdict_met_inconclusive_worse_on_hand_made_arrays():
+def test_goal_met_inconclusive_worse_on_hand_made_arrays():
     rng = np.random.default_rng(0)
     before = rng.random(4000) < 0.6
     # met: after equals before except 1% of passages flipped to wrong (difference -0.01, half-width ~0.003)
     flip = np.zeros(4000, bool)
     flip[rng.choice(np.flatnonzero(before), 40, replace=False)] = True
     met = _probe(before, before & ~flip)
-    assert -0.02 < met["difference_interval"][0]
-    text = _verdict({"austen-novel": met}, 0.02)
-    assert "**met**" in text and "margin 0.02" in text and "significantly below 0" in text
+    assert -0.02 < met["difference_interval"][0] and met["difference_interval"][1] < 0  # below 0, within margin
+    assert goal_outcome({"austen-novel": met}) == "met"
     # inconclusive: 200 passages, 10 of them newly wrong and 8 newly right: the interval spans -0.02 and 0
     b = np.array([True] * 100 + [False] * 100)
     a = b.copy()
     a[:10] = False
     a[100:108] = True
-    inc = _probe(b, a)
+    inc, inc_after = _probe(b, a), a
     assert inc["difference_interval"][0] < -0.02 < 0 < inc["difference_interval"][1]
-    text = _verdict({"austen-novel": met, "shakespeare-genre": inc}, 0.02)
-    assert "**not met: inconclusive**" in text and "shakespeare-genre: after - before -0.010" in text
-    # worse: a quarter of the right answers lost
+    assert goal_outcome({"austen-novel": met, "shakespeare-genre": inc}) == "inconclusive"
+    # worse: a quarter of the right answers lost; one worse task makes the goal worse
     a = before.copy()
     a[np.flatnonzero(before)[::4]] = False
     worse = _probe(before, a)
-    text = _verdict({"austen-novel": worse, "shakespeare-genre": inc}, 0.02)
-    assert "**not met: significantly worse**" in text and "austen-novel: after - before -0.1" in text
+    assert worse["difference_interval"][1] < 0 and worse["noninferiority"] == "worse"
+    assert goal_outcome({"austen-novel": worse, "shakespeare-genre": inc}) == "worse"
     # a wider margin declared in advance turns the small loss into a met test; the rule is the margin's alone
-    assert "**met**" in _verdict({"t": inc}, 0.1)
+    assert goal_outcome({"t": _probe(b, inc_after, margin=0.1)}) == "met"
 
 
 def test_grid_edges_and_the_widened_grid():
@@ -153,12 +114,7 @@ def test_grid_edges_and_the_widened_grid():
     assert grid_edge_counts([0.01, 10.0, 0.01, 1.0], OLD_PROBE_CS) == (2, 1)
     assert grid_edge_counts([0.01, 10.0, 0.01, 1.0], PROBE_CS) == (0, 0)
     assert grid_edge_counts([1e-4, 100.0, 100.0], PROBE_CS) == (1, 2)
-    note = _edge_note([0.01, 10.0, 0.01, 0.01], OLD_PROBE_CS)
-    assert "strongest regularization (C = 0.01) in 3 and weakest (C = 10) in 1 of the 4 fits" in note
-    assert "a wider grid was not tried" in note
-    note = _edge_note([1e-4, 1.0], PROBE_CS)
-    assert "(C = 0.0001) in 1 of the 2 fits" in note and "not tried" not in note
-    assert "stayed inside the grid (0.0001 .. 100) in all 2 fits" in _edge_note([0.01, 1.0], PROBE_CS)
+    assert grid_edge_counts([0.01, 10.0, 0.01, 0.01], OLD_PROBE_CS) == (3, 1)
 
 
 def test_passage_starts_at_capacity_do_not_overlap():
@@ -242,10 +198,13 @@ def test_bert_init_pipeline_end_to_end(tmp_path):
     assert result["after"]["step"] == 2 and result["before"]["step"] == 0
     assert set(result["probes"]) == {"austen-novel", "shakespeare-genre"}
     assert result["config"]["model"]["n_layers"] == 6 and result["config"]["model"]["activation"] == "gelu"
-    readme = (tmp_path / "report" / "README.md").read_text()
-    assert result["command"] in readme and (tmp_path / "report" / "loss_curves.png").is_file()
+    table_md = (tmp_path / "report" / "table.md").read_text()
+    assert result["command"] in table_md and (tmp_path / "report" / "loss_curves.png").is_file()
+    assert not (tmp_path / "report" / "README.md").exists()  # the README of a report is written by hand
     assert result["noninferiority_margin"] == 0.02 and result["probe_cs"] == list(PROBE_CS)
-    assert "Non-inferiority test (margin 0.02, fixed before the results)" in readme and result["verdict"] in readme
+    assert result["goal_outcome"] == goal_outcome(result["probes"])
+    for task, p in result["probes"].items():  # the table shows the JSON's numbers
+        assert f"| {task} | " in table_md and f"{p['after']['accuracy']:.3f}" in table_md
     for p in result["probes"].values():
         assert p["noninferiority"] == noninferiority(p["difference_interval"], 0.02)
         assert len(p["difference_interval_by_text"]) == 2 and p["test_texts"] in (6, 10)
@@ -260,14 +219,12 @@ def test_bert_init_pipeline_end_to_end(tmp_path):
     assert [v["after_steps"] for v in result["val_curve"]] == [1, 2, 3]
     assert result["baseline"]["step"] == 2 and result["baseline"]["train"]["freeze_backbone_steps"] == 0
     assert all("difference_interval_vs_baseline" in p and "baseline" in p for p in result["probes"].values())
-    readme = (tmp_path / "lpft_report" / "README.md").read_text()
-    assert "LP-FT" in readme and "Compared with the baseline run" in readme
-    assert result["trained_in_this_call"] and "scoring only" not in readme
+    assert result["trained_in_this_call"]
+    assert "| probe | accuracy baseline | accuracy this run |" in (tmp_path / "lpft_report" / "table.md").read_text()
     # the finished run again: reused, not retrained, and the header says so
     assert main([*argv[:2], "--out", str(tmp_path / "again"), *argv[4:]]) == 0
     result = json.loads((tmp_path / "again" / "results.json").read_text())
     assert result["trained_in_this_call"] is False and result["after"]["step"] == 2
-    assert "scoring only" in (tmp_path / "again" / "README.md").read_text()
 
 
 def test_probe_texts_that_are_short_or_missing_are_named(tmp_path):
@@ -282,21 +239,6 @@ def test_probe_texts_that_are_short_or_missing_are_named(tmp_path):
         text_passages(tok, tmp_path / "missing.txt", n=5, seq_len=12)
 
 
-def test_head_only_report_says_its_probe_test_is_trivial():
-    """A run with the encoder frozen throughout (--freeze-backbone-steps = --max-steps) is not described as
-    LP-FT, and its report says the probe difference is 0 by construction (rendered from the committed run)."""
-    from experiments.bert_init import _markdown, _schedule_words
-
-    result = json.loads(Path("reports/bert_init/head_only/results.json").read_text())
-    assert result["config"]["train"]["freeze_backbone_steps"] == result["config"]["train"]["max_steps"]
-    text = _markdown(result)
-    assert "(head only, encoder frozen)" in text and "head first, then everything" not in text
-    assert "0 by construction" in text and "passes trivially" in text
-    assert _schedule_words(result["config"]["train"], 350) == "350 steps, head only: the encoder frozen throughout"
-    lpft = dict(result["config"]["train"], freeze_backbone_steps=100, backbone_lr_scale=0.1)
-    assert _schedule_words(lpft, 350).startswith("350 steps, LP-FT: the first 100 train only the head")
-
-
 @pytest.mark.requires_source("bert-vocab")
 def test_a_frozen_parameters_typo_is_named_before_any_scoring(tmp_path, capsys):
     from experiments.bert_init import main
@@ -307,19 +249,28 @@ def test_a_frozen_parameters_typo_is_named_before_any_scoring(tmp_path, capsys):
     assert not (tmp_path / "run").exists() and not (tmp_path / "out").exists()
 
 
-def test_frozen_parameters_reach_the_recipe_and_the_report():
-    from experiments.bert_init import _markdown, build_parser, run_config
+def test_frozen_parameters_reach_the_recipe():
+    from experiments.bert_init import build_parser, run_config
 
     args = build_parser().parse_args(["--frozen-parameters", "layers.*", "--max-steps", "350",
                                       "--freeze-backbone-steps", "100"])
     assert run_config(args).train.frozen_parameters == ["layers.*"]
     assert run_config(build_parser().parse_args([])).train.frozen_parameters == []
-    result = json.loads(Path("reports/bert_init/lpft_scale003_noninferiority/results.json").read_text())
-    assert "frozen" not in _markdown(result).split("\n")[0]  # reports made before the option read as before
-    result["config"]["train"]["frozen_parameters"] = ["layers.*"]
-    text = _markdown(result)
-    assert "(LP-FT: head first, then everything), layers.* frozen" in text.split("\n")[0]
-    assert "Encoder parameters matching `layers.*` stay at their pretrained weights throughout" in text
+
+
+def test_the_table_of_a_committed_report_shows_its_numbers():
+    """table.md from a committed results.json (a WiSE-FT run): every probe's accuracies, interval and outcome."""
+    from experiments.bert_init import table
+
+    result = json.loads(Path("reports/bert_init/lpft03_wise05_seed1/results.json").read_text())
+    text = table(result)
+    assert text.startswith(f"Made by `{result['command']}`") and "WiSE-FT encoder, alpha 0.5" in text
+    for task, p in result["probes"].items():
+        lo, hi = p["difference_interval"]
+        row = next(line for line in text.splitlines() if line.startswith(f"| {task} | "))
+        assert f"| {p['before']['accuracy']:.3f} | {p['after']['accuracy']:.3f} |" in row
+        assert f"[{lo:+.3f}, {hi:+.3f}]" in row and f"| {p['noninferiority']} |" in row
+    assert f"met): {goal_outcome(result['probes'])}." in text
 
 
 def test_render_only_names_a_missing_or_malformed_results_file(tmp_path, capsys):
@@ -332,16 +283,4 @@ def test_render_only_names_a_missing_or_malformed_results_file(tmp_path, capsys)
             main(["--out", str(tmp_path), "--render-only"])
         err = capsys.readouterr().err
         assert f"--render-only: {tmp_path / 'results.json'} is not a readable results.json" in err
-    assert not (tmp_path / "README.md").exists()
-
-
-def test_a_wise_ft_report_says_which_weights_each_number_comes_from():
-    from experiments.bert_init import _markdown
-
-    result = json.loads(Path("reports/bert_init/lpft03_wise05_seed1/results.json").read_text())
-    assert result["encoder_alpha"] == 0.5
-    text = _markdown(result)
-    assert text.split("\n")[0].endswith(", WiSE-FT alpha 0.5")
-    assert "comes from the encoder (1 - 0.5) x pretrained + 0.5 x fine-tuned" in text
-    assert "before WiSE-FT)" in text  # the validation curve is the trained weights'
-    assert "**LP-FT, then WiSE-FT.**" in text or "significantly worse" in text
+    assert not (tmp_path / "table.md").exists()

@@ -78,7 +78,7 @@ def test_stream_mode_gives_the_in_memory_tokens(tmp_path, tokenizers, name, kind
     assert (tmp_path / "stream-0" / "tokens.npy").read_bytes() == (tmp_path / "memory.npy").read_bytes()
 
 
-@pytest.mark.parametrize("mode", ["wrapped", "padded"])
+@pytest.mark.parametrize("mode", ["wrapped", "padded", "packed"])
 @pytest.mark.parametrize("kind,documents", [("txt", "paragraphs"), ("txt.gz", "lines"), ("jsonl", "paragraphs"),
                                             ("parquet", "paragraphs")])
 def test_block_modes_give_the_in_memory_blocks(tmp_path, tokenizers, mode, kind, documents):
@@ -87,7 +87,8 @@ def test_block_modes_give_the_in_memory_blocks(tmp_path, tokenizers, mode, kind,
     memory, memory_meta, streamed, meta = _both(tmp_path / "c", tokenizers["gpt2"], tmp_path, workers=workers,
                                                 block_mode=mode, seq_len=16, documents=documents)
     assert meta == memory_meta and meta["documents"] > 10
-    for name in ("blocks", "lengths"):
+    assert set(streamed) == set(memory) == {"blocks", "lengths", *(("segments",) if mode == "packed" else ())}
+    for name in memory:
         assert streamed[name].dtype == memory[name].dtype
         np.testing.assert_array_equal(streamed[name], memory[name])
 

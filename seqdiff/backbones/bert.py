@@ -54,10 +54,11 @@ class BertEmbeddings(nn.Module):
         self.norm = nn.LayerNorm(hidden_size, eps=LAYER_NORM_EPS)
         self.dropout = nn.Dropout(dropout)
 
-    def forward(self, input_ids: Tensor) -> Tensor:
+    def forward(self, input_ids: Tensor, positions: Tensor | None = None) -> Tensor:
         L = input_ids.shape[1]
-        positions = torch.arange(L, device=input_ids.device)
-        x = self.word(input_ids) + self.position(positions)[None] + self.token_type  # (B, L, H)
+        if positions is None:
+            positions = torch.arange(L, device=input_ids.device)[None]  # (1, L)
+        x = self.word(input_ids) + self.position(positions) + self.token_type  # (B, L, H)
         return self.dropout(self.norm(x))
 
 
@@ -116,6 +117,9 @@ class BertLMHead(nn.Module):
 class Bert(nn.Module):
     """Token ids [B, L] -> logits [B, L, vocab_size] (float32); bidirectional, no noise level."""
 
+    takes_segment_ids = True
+    """Takes packed documents (`segment_ids`, per-row `positions` into its position table)."""
+
     def __init__(self, cfg: ModelConfig, vocab_size: int, causal: bool) -> None:
         super().__init__()
         if causal:
@@ -134,9 +138,11 @@ class Bert(nn.Module):
     _init_weights = staticmethod(init_normal_002)  # BERT's initialization (LayerNorms start as identity)
 
     def forward(self, input_ids: Tensor, noise_level: Tensor | None = None,
-                attention_mask: Tensor | None = None) -> Tensor:
+                attention_mask: Tensor | None = None, *, segment_ids: Tensor | None = None,
+                positions: Tensor | None = None) -> Tensor:
         """Logits (B, L, vocab_size) in float32; `noise_level` is accepted and ignored (no time conditioning)."""
-        return self.output(self.hidden_states(input_ids, noise_level, attention_mask))
+        return self.output(self.hidden_states(input_ids, noise_level, attention_mask, segment_ids=segment_ids,
+                                              positions=positions))
 
     def output(self, h: Tensor) -> Tensor:
         """Hidden states (B, L, H) -> logits (B, L, V) through the masked-LM head."""
@@ -152,10 +158,13 @@ class Bert(nn.Module):
         return list(self.head.parameters())
 
     def hidden_states(self, input_ids: Tensor, noise_level: Tensor | None = None,
-                      attention_mask: Tensor | None = None) -> Tensor:
+                      attention_mask: Tensor | None = None, *, segment_ids: Tensor | None = None,
+                      positions: Tensor | None = None) -> Tensor:
         """The last block's output (B, L, hidden_size): BertModel's `last_hidden_state`.
 
         attention_mask: (B, L), True / 1 = real token; padded positions are hidden from every query as keys.
+        segment_ids / positions: (B, L), packed documents: a token attends only within its segment, and
+        `positions` (restarting at 0 in each) index the position table; as the DiT takes them.
         """
         B, L = input_ids.shape
         if L > self.config.max_seq_len:
@@ -167,7 +176,15 @@ class Bert(nn.Module):
             key_ok = attention_mask.bool()
             key_ok = key_ok | ~key_ok.any(dim=-1, keepdim=True)  # an all-padding row sees everything (no NaN)
             attn_mask = key_ok[:, None, None, :]  # (B, 1, 1, L)
-        x = self.embeddings(input_ids)  # (B, L, H)
+        if segment_ids is not None:
+            if segment_ids.shape != (B, L):
+                raise ValueError(f"segment_ids must have shape {(B, L)}, got {tuple(segment_ids.shape)}")
+            allowed = segment_ids[:, :, None] == segment_ids[:, None, :]  # (B, L, L) block-diagonal
+            if attention_mask is not None:
+                allowed = allowed & attention_mask.bool()[:, None, :]
+            allowed = allowed | torch.eye(L, dtype=torch.bool, device=allowed.device)  # a query sees itself
+            attn_mask = allowed[:, None]  # (B, 1, L, L)
+        x = self.embeddings(input_ids, positions)  # (B, L, H)
         for layer in self.layers:
             x = layer(x, attn_mask)
         return x

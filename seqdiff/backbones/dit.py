@@ -36,6 +36,13 @@ Design choices and the papers behind them
   attention. `update_cache=False` computes a call against the cache without keeping its keys (the cache
   length does not move and the next call overwrites them): a noisy block is denoised against the clean
   prefix this way, then written once when it is final.
+- Packed documents (`segment_ids` (B, L), data.text.block_mode=packed): a token attends only to tokens of
+  its own segment (block-diagonal; causal models: block-diagonal and causal), and `positions` (B, L) give
+  rotary positions that restart at 0 in each segment, so a packed row computes what its documents would
+  compute one by one (tested). The kernel is chosen by `packed_attention_kernel`: on CUDA, where
+  `torch.nn.attention.flex_attention` imports, the compiled flex kernel with a block mask (it skips the
+  128 x 128 tiles that cross documents, so the cost falls with the documents' length); otherwise SDPA
+  with the explicit mask (the same additive float mask as `attn_mask`).
 - Initialization: N(0, 0.02) for Linear and Embedding weights, zero biases, zero adaLN modulation.
 """
 
@@ -51,6 +58,34 @@ from torch import Tensor, nn
 from seqdiff.backbones.activations import ACTIVATIONS
 from seqdiff.backbones.rotary import RotaryEmbedding, apply_rotary
 from seqdiff.config import ModelConfig
+
+try:  # torch >= 2.5; the packed fast path on CUDA, never an import-time requirement
+    from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex_attention
+except ImportError:  # pragma: no cover - older torch
+    BlockMask = create_block_mask = flex_attention = None
+
+FLEX_AVAILABLE = flex_attention is not None
+"""Whether this torch has `torch.nn.attention.flex_attention`."""
+
+
+def packed_attention_kernel(device_type: str, flex_available: bool = FLEX_AVAILABLE) -> str:
+    """The attention kernel for packed documents: "flex" (flex_attention with a block mask) on CUDA when torch
+    has it, else "sdpa" (scaled_dot_product_attention with an explicit mask). Eager flex_attention off CUDA
+    materializes the whole score matrix, which SDPA's CPU kernels do faster."""
+    return "flex" if device_type == "cuda" and flex_available else "sdpa"
+
+
+_COMPILED_FLEX = None
+
+
+def _flex(q: Tensor, k: Tensor, v: Tensor, block_mask) -> Tensor:
+    """flex_attention, compiled once on CUDA (the eager form is a slow reference there); eager elsewhere."""
+    global _COMPILED_FLEX
+    if q.device.type != "cuda":
+        return flex_attention(q, k, v, block_mask=block_mask)
+    if _COMPILED_FLEX is None:
+        _COMPILED_FLEX = torch.compile(flex_attention, dynamic=False)
+    return _COMPILED_FLEX(q, k, v, block_mask=block_mask)
 
 
 @dataclass
@@ -146,7 +181,10 @@ class SelfAttention(nn.Module):
             k = k_buf[:, :, :end].to(q.dtype)  # (B, nH, end, Dh)
             v = v_buf[:, :, :end].to(q.dtype)
         # (B, nH, L, Dh)
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=is_causal)
+        if BlockMask is not None and isinstance(attn_mask, BlockMask):  # packed documents on the flex kernel
+            y = _flex(q, k, v, attn_mask)
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=is_causal)
         y = y.transpose(1, 2).reshape(B, L, H)  # (B, L, H)
         return self.dropout(self.out(y))
 
@@ -209,6 +247,11 @@ def init_normal_002(module: nn.Module) -> None:
 class DiT(nn.Module):
     """Token ids [B, L] (+ noise level [B]) -> logits [B, L, vocab_size] (float32)."""
 
+    takes_segment_ids = True
+    """Takes packed documents (`segment_ids`, per-row `positions`): data.text.block_mode=packed may use it."""
+    packed_attention = "auto"
+    """Kernel for packed documents: "auto" (`packed_attention_kernel`), or "flex" / "sdpa" to force one."""
+
     def __init__(self, cfg: ModelConfig, vocab_size: int, causal: bool) -> None:
         super().__init__()
         self.config = cfg
@@ -250,10 +293,11 @@ class DiT(nn.Module):
         attn_mask: Tensor | None = None,
         positions: Tensor | None = None,
         update_cache: bool = True,
+        segment_ids: Tensor | None = None,
     ) -> Tensor:
         """Logits (B, L, vocab_size) in float32. See `hidden_states` for the arguments."""
         h = self.hidden_states(input_ids, noise_level, attention_mask, kv_cache=kv_cache, attn_mask=attn_mask,
-                               positions=positions, update_cache=update_cache)  # (B, L, H)
+                               positions=positions, update_cache=update_cache, segment_ids=segment_ids)  # (B, L, H)
         return self.output(h).float()  # (B, L, V)
 
     def head_parameters(self) -> list[nn.Parameter]:
@@ -275,6 +319,7 @@ class DiT(nn.Module):
         attn_mask: Tensor | None = None,
         positions: Tensor | None = None,
         update_cache: bool = True,
+        segment_ids: Tensor | None = None,
     ) -> Tensor:
         """Final-normed (and, with time conditioning, modulated) hidden states (B, L, hidden_size).
 
@@ -290,8 +335,11 @@ class DiT(nn.Module):
         `torch.no_grad()`), not for training.
         attn_mask: BoolTensor (L, start + L) or (B, L, start + L), True = the query may attend to the key; it
         replaces the causal / bidirectional structure (a padding mask still applies, and a query always sees
-        itself). positions: LongTensor (L,), the rotary position of each token (default start..start+L-1);
-        not with a kv_cache.
+        itself). positions: LongTensor (L,) or per row (B, L), the rotary position of each token (default
+        start..start+L-1); not with a kv_cache.
+        segment_ids: LongTensor (B, L), packed documents: a token attends only to tokens with its segment id
+        (and, causal models, not after itself); with `positions` restarting at 0 in each segment a packed
+        row gives each document the logits it gets alone. Not with attn_mask or a kv_cache.
         """
         B, L = input_ids.shape
         start = 0 if kv_cache is None else kv_cache.length
@@ -303,11 +351,19 @@ class DiT(nn.Module):
             attention_mask = attention_mask.bool()  # also accept 0 / 1 integer masks
 
         c = self._condition(noise_level, B)  # SiLU(c) (B, cond_dim) or None
+        if positions is not None and positions.ndim == 2 and positions.shape[0] != B:
+            raise ValueError(f"positions per row must have shape ({B}, {L}), got {tuple(positions.shape)}")
         if positions is None:
             rotations = self.rotary(L, offset=start)  # (L, Dh/2, 2) cos, sin
         else:
             rotations = self._rotations_at(positions, L, kv_cache)  # (L, Dh/2, 2)
-        if attn_mask is None:
+        if segment_ids is not None:
+            if attn_mask is not None or kv_cache is not None:
+                raise ValueError("segment_ids (packed documents) cannot be combined with attn_mask or a kv_cache")
+            if segment_ids.shape != (B, L):
+                raise ValueError(f"segment_ids must have shape {(B, L)}, got {tuple(segment_ids.shape)}")
+            attn_mask, is_causal = self._segment_mask(segment_ids, attention_mask, B, L), False
+        elif attn_mask is None:
             attn_mask, is_causal = self._attention_mask(attention_mask, B, L, start, kv_cache, input_ids.device)
         else:
             attn_mask, is_causal = self._explicit_mask(attn_mask, attention_mask, B, L, start, kv_cache), False
@@ -420,11 +476,11 @@ class DiT(nn.Module):
         return F.silu(self.time_embed(noise_level))
 
     def _rotations_at(self, positions: Tensor, L: int, kv_cache: KVCache | None) -> Tensor:
-        """Rotary (cos, sin) rows for explicit token positions: (L, Dh/2, 2)."""
+        """Rotary (cos, sin) rows for explicit token positions: (L, Dh/2, 2), or (B, L, Dh/2, 2) per row."""
         if kv_cache is not None:
             raise ValueError("positions= cannot be combined with a kv_cache (cached tokens sit at start..start+L-1)")
-        if positions.shape != (L,):
-            raise ValueError(f"positions must have shape ({L},), got {tuple(positions.shape)}")
+        if positions.shape[-1:] != (L,) or positions.ndim > 2:
+            raise ValueError(f"positions must have shape ({L},) or (B, {L}), got {tuple(positions.shape)}")
         table = self.rotary(self.config.max_seq_len)  # (max_seq_len, Dh/2, 2)
         if positions.numel() and (int(positions.min()) < 0 or int(positions.max()) >= table.shape[0]):
             raise ValueError(f"positions must lie in [0, model.max_seq_len={table.shape[0]})")
@@ -451,6 +507,32 @@ class DiT(nn.Module):
         dtype = torch.get_autocast_dtype(device_type) if autocast else self.embed.weight.dtype
         bias = torch.zeros(allowed.shape, dtype=dtype, device=allowed.device)
         return bias.masked_fill_(~allowed, float("-inf"))[:, None]  # (1 or B, 1, L, end)
+
+    def _segment_mask(self, segment_ids: Tensor, attention_mask: Tensor | None, B: int, L: int):
+        """Packed documents: attention only within a segment (and causal for a causal model), padding hidden
+        as keys, a query always sees itself. A flex BlockMask or SDPA's mask (1 or B, 1, L, L)."""
+        kernel = self.packed_attention
+        if kernel == "auto":
+            kernel = packed_attention_kernel(segment_ids.device.type)
+        if kernel not in ("flex", "sdpa") or (kernel == "flex" and not FLEX_AVAILABLE):
+            raise ValueError(f"packed_attention={kernel!r}: choose auto, sdpa, or flex (flex needs torch's "
+                             "flex_attention)")
+        if kernel == "flex":
+            seg = segment_ids
+            key_ok = attention_mask if attention_mask is not None else torch.ones_like(seg, dtype=torch.bool)
+            causal = self.causal
+
+            def mask_mod(b, h, q, kv):
+                ok = (seg[b, q] == seg[b, kv]) & key_ok[b, kv]
+                if causal:
+                    ok = ok & (kv <= q)
+                return ok | (q == kv)
+
+            return create_block_mask(mask_mod, B, None, L, L, device=seg.device)
+        allowed = segment_ids[:, :, None] == segment_ids[:, None, :]  # (B, L, L) block-diagonal
+        if self.causal:
+            allowed = allowed & torch.ones(L, L, dtype=torch.bool, device=allowed.device).tril()
+        return self._explicit_mask(allowed, attention_mask, B, L, 0, None)  # + padding and the diagonal
 
     @staticmethod
     def _key_mask(attention_mask: Tensor | None, start: int, end: int, kv_cache: KVCache | None) -> Tensor | None:

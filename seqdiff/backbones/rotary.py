@@ -61,15 +61,17 @@ class RotaryEmbedding(nn.Module):
 
 
 def apply_rotary(x: Tensor, rotations: Tensor) -> Tensor:
-    """Rotate `x` of shape (B, L, *, D) (sequence on dim 1) by `rotations` (L, D / 2, 2) = (cos, sin).
+    """Rotate `x` of shape (B, L, *, D) (sequence on dim 1) by `rotations` (L, D / 2, 2) = (cos, sin), or by
+    per-row rotations (B, L, D / 2, 2).
 
     `x` may be a strided view (e.g. a slice of a fused qkv projection) as long as its last dim is
     contiguous and its other strides and storage offset are even (what `torch.view_as_complex` needs).
     Returns a new contiguous tensor of x's shape and dtype.
     """
-    # (L, D/2, 2) -> (L, 1, ..., 1, D/2, 2): broadcast over the batch and any head dims after the sequence.
-    L, half = rotations.shape[:2]
-    rotations = rotations.view((L,) + (1,) * (x.ndim - 3) + (half, 2))
+    # (L, D/2, 2) -> (L, 1, ..., 1, D/2, 2): broadcast over the batch and any head dims after the sequence;
+    # per-row positions (packed documents) give (B, L, D/2, 2) -> (B, L, 1, ..., 1, D/2, 2).
+    lead, half = rotations.shape[:-2], rotations.shape[-2]
+    rotations = rotations.view(lead + (1,) * (x.ndim - 3) + (half, 2))
     xf = x if x.dtype in (torch.float32, torch.float64) else x.float()
     pairs = xf.unflatten(-1, (-1, 2))  # (B, L, *, D/2, 2), a view
     rotate = _rotate_real if _is_compiling() else _rotate_complex

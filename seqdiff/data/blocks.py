@@ -10,6 +10,16 @@
   only the last row may be short) and `pack_padded` (one document per row, BOS doc EOS, truncated to L,
   right-padded with PAD). `RandomBlockBatches` trains on whole rows (a fresh permutation per epoch, batch k
   a function of (seed, k), rank-sliced); `PackedBlocks` evaluates every row in order.
+- Packed rows (`pack_documents`, `DocumentPacker`): each document BOS doc EOS, in corpus order, one after
+  the other into rows of exactly L tokens; a document that does not fit in what is left of a row is cut
+  there and its rest starts the next row (a document longer than a row so becomes row-sized pieces). Each
+  piece is its own document: a third table `segments` (N, L) numbers the pieces of a row 0, 1, 2, ...
+  (the tail padding of the last row, the only padding, gets a number of its own), and the batches carry
+  `segment_ids` and `positions` (0 at the first token of each piece) for document-aware attention and
+  rotary positions. Concatenating `blocks[i, :lengths[i]]` gives back the BOS d EOS stream: no token is
+  lost or repeated. Cutting at the row end (rather than moving the whole document to the next row) is
+  what keeps every row full; it depends on nothing random, so the rows are the same for every seed (the
+  seed orders them in training, as for the other tables).
 """
 
 from __future__ import annotations
@@ -163,10 +173,88 @@ def pack_padded(documents: list[np.ndarray], seq_len: int, bos_id: int, eos_id: 
     return blocks, lengths, truncated
 
 
-def _rows_to_batch(blocks: np.ndarray, lengths: np.ndarray, index: np.ndarray) -> dict[str, torch.Tensor]:
+class DocumentPacker:
+    """Packed rows one document at a time (`pack_documents` is this over a list): BOS doc EOS appended to a
+    stream that is cut into rows of seq_len; keeps less than one row between calls.
+
+    `add` and `finish` return (blocks (n, L) int32, lengths (n,) int32, segments (n, L) int32).
+    """
+
+    arrays = ("blocks", "lengths", "segments")
+    """The tables it fills (what the cache stores)."""
+
+    def __init__(self, seq_len: int, bos_id: int, eos_id: int, pad_id: int):
+        if seq_len < 3:
+            raise SeqdiffError(f"packed blocks need seq_len >= 3, got {seq_len}")
+        self.seq_len, self.bos, self.eos, self.pad = seq_len, bos_id, eos_id, pad_id
+        self.tokens = np.zeros(0, dtype=np.int32)  # the start of the next row
+        self.docs = np.zeros(0, dtype=np.int64)  # the document index of each of those tokens
+        self.count = 0  # documents seen
+        self.truncated = 0  # never: nothing is cut off (for the meta data the other packers report)
+
+    def _rows(self, tokens: np.ndarray, docs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        L = self.seq_len
+        blocks = tokens.reshape(-1, L)
+        docs = docs.reshape(-1, L)
+        segments = (docs - docs[:, :1]).astype(np.int32)  # pieces numbered from 0 in each row
+        return blocks, np.full(len(blocks), L, dtype=np.int32), segments
+
+    def add(self, doc: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        doc = np.asarray(doc, dtype=np.int32)
+        piece = np.concatenate([np.array([self.bos], np.int32), doc, np.array([self.eos], np.int32)])
+        tokens = np.concatenate([self.tokens, piece])
+        docs = np.concatenate([self.docs, np.full(len(piece), self.count, dtype=np.int64)])
+        self.count += 1
+        full = len(tokens) // self.seq_len * self.seq_len
+        self.tokens, self.docs = tokens[full:], docs[full:]
+        return self._rows(tokens[:full], docs[:full])
+
+    def finish(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The last row, right-padded (the padding its own segment); nothing if the stream ended on a row."""
+        rest = len(self.tokens)
+        if not rest:
+            return np.zeros((0, self.seq_len), np.int32), np.zeros(0, np.int32), np.zeros((0, self.seq_len), np.int32)
+        pad = self.seq_len - rest
+        tokens = np.concatenate([self.tokens, np.full(pad, self.pad, dtype=np.int32)])
+        docs = np.concatenate([self.docs, np.full(pad, self.docs[-1] + 1, dtype=np.int64)])
+        blocks, _, segments = self._rows(tokens, docs)
+        self.tokens, self.docs = self.tokens[:0], self.docs[:0]
+        return blocks, np.array([rest], dtype=np.int32), segments
+
+
+def segment_dtype(seq_len: int) -> np.dtype:
+    """The dtype stored for a table of segment ids (fewer than seq_len per row): uint16 when it holds them."""
+    return np.dtype(np.uint16 if seq_len <= np.iinfo(np.uint16).max + 1 else np.int32)
+
+
+def pack_documents(documents: list[np.ndarray], seq_len: int, bos_id: int, eos_id: int,
+                   pad_id: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Packed rows of `documents` (see the module docstring): (blocks (N, L), lengths (N,), segments (N, L)),
+    int32; every row is full but the last, whose padding follows its `lengths` real tokens."""
+    packer = DocumentPacker(seq_len, bos_id, eos_id, pad_id)
+    parts = [packer.add(doc) for doc in documents] + [packer.finish()]
+    return tuple(np.concatenate([p[i] for p in parts]) for i in range(3))  # type: ignore[return-value]
+
+
+def segment_positions(segment_ids: torch.Tensor) -> torch.Tensor:
+    """(..., L) segment ids -> (..., L) positions: 0 at the first token of each run of equal ids, then 1, 2, ..."""
+    L = segment_ids.shape[-1]
+    index = torch.arange(L, device=segment_ids.device).expand_as(segment_ids)
+    starts = torch.ones_like(segment_ids, dtype=torch.bool)
+    starts[..., 1:] = segment_ids[..., 1:] != segment_ids[..., :-1]
+    first = torch.where(starts, index, torch.zeros_like(index)).cummax(-1).values  # (..., L) start of the run
+    return index - first
+
+
+def _rows_to_batch(blocks: np.ndarray, lengths: np.ndarray, index: np.ndarray,
+                   segments: np.ndarray | None = None) -> dict[str, torch.Tensor]:
     ids = torch.from_numpy(np.asarray(blocks[index], dtype=np.int64))  # (b, L)
     real = torch.from_numpy(np.asarray(lengths[index], dtype=np.int64))  # (b,)
-    return {"input_ids": ids, "attention_mask": torch.arange(ids.shape[-1]) < real[..., None]}
+    batch = {"input_ids": ids, "attention_mask": torch.arange(ids.shape[-1]) < real[..., None]}
+    if segments is not None:  # packed rows: which document each token belongs to, and its place in it
+        seg = torch.from_numpy(np.asarray(segments[index], dtype=np.int64))  # (b, L)
+        batch["segment_ids"], batch["positions"] = seg, segment_positions(seg)
+    return batch
 
 
 class RandomBlockBatches(StepIndexedBatches):
@@ -178,12 +266,12 @@ class RandomBlockBatches(StepIndexedBatches):
     """
 
     def __init__(self, blocks: np.ndarray, lengths: np.ndarray, batch_size: int, seed: int, start_step: int = 0,
-                 rank: int = 0, world_size: int = 1):
+                 rank: int = 0, world_size: int = 1, segments: np.ndarray | None = None):
         if len(blocks) == 0:
             raise SeqdiffError("the training split has no blocks (no non-empty documents?)")
-        if len(lengths) != len(blocks):
-            raise ValueError("lengths must have one entry per block")
-        self.blocks, self.lengths = blocks, lengths
+        if len(lengths) != len(blocks) or (segments is not None and segments.shape != blocks.shape):
+            raise ValueError("lengths must have one entry per block (and segments one per token)")
+        self.blocks, self.lengths, self.segments = blocks, lengths, segments
         self.batch_size, self.seed, self.start_step = batch_size, seed, start_step
         self.rows = rank_slice(batch_size, rank, world_size)
         self._perm: tuple[int, torch.Tensor] | None = None
@@ -201,19 +289,20 @@ class RandomBlockBatches(StepIndexedBatches):
         for epoch in np.unique(samples // n):
             here = samples // n == epoch
             index[here] = self.permutation(int(epoch)).numpy()[samples[here] % n]
-        return _rows_to_batch(self.blocks, self.lengths, index)
+        return _rows_to_batch(self.blocks, self.lengths, index, self.segments)
 
 class PackedBlocks(Dataset):
-    """Every row of a block table, in order, with its attention mask (False on padding)."""
+    """Every row of a block table, in order, with its attention mask (False on padding) and, for packed
+    rows, its segment ids and positions."""
 
-    def __init__(self, blocks: np.ndarray, lengths: np.ndarray):
-        if len(lengths) != len(blocks):
-            raise ValueError("lengths must have one entry per block")
-        self.blocks, self.lengths = blocks, lengths
+    def __init__(self, blocks: np.ndarray, lengths: np.ndarray, segments: np.ndarray | None = None):
+        if len(lengths) != len(blocks) or (segments is not None and segments.shape != blocks.shape):
+            raise ValueError("lengths must have one entry per block (and segments one per token)")
+        self.blocks, self.lengths, self.segments = blocks, lengths, segments
 
     def __len__(self) -> int:
         return len(self.blocks)
 
     def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
-        item = _rows_to_batch(self.blocks, self.lengths, np.array([i]))
+        item = _rows_to_batch(self.blocks, self.lengths, np.array([i]), self.segments)
         return {k: v[0] for k, v in item.items()}

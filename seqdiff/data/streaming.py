@@ -6,12 +6,13 @@ The in-memory path (`seqdiff.data.text.build_split_arrays`) reads a whole split,
 for OpenWebText-size corpora (tens of GB) neither the text nor its tokens fit in memory. This path reads the
 source in blocks of bytes, cuts the text into chunks of about `chunk_chars` characters, tokenizes the
 chunks (in worker processes, at most two chunks per worker in flight, results taken in order), and appends
-the tokens (stream mode) or the packed rows (wrapped / padded) to raw files on disk, which become the
+the tokens (stream mode) or the packed rows (wrapped / padded / packed) to raw files on disk, which become the
 cache's .npy shards at the end. The arrays are identical to the in-memory path's (tests compare them with
 chunks of a few characters):
 
-- wrapped / padded: both paths tokenize the documents one by one, so chunks of whole documents change
-  nothing; packing keeps less than one row of tokens between documents (`WrappedPacker`, `PaddedPacker`).
+- wrapped / padded / packed: both paths tokenize the documents one by one, so chunks of whole documents change
+  nothing; packing keeps less than one row of tokens between documents (`WrappedPacker`, `PaddedPacker`,
+  `seqdiff.data.blocks.DocumentPacker`).
 - stream: the in-memory path tokenizes the split's whole text at once, and a BPE merge or a text8 run of
   non-letters may cross an arbitrary cut. A chunk is therefore cut only where the tokenizer provably
   starts a new token (`SAFE_CUTS`, by tokenizer kind): between two ASCII letters for character and
@@ -43,6 +44,7 @@ from typing import Any
 import numpy as np
 
 from seqdiff.config import DataConfig
+from seqdiff.data.blocks import DocumentPacker, segment_dtype
 from seqdiff.data.text_files import (
     DataFileError,
     _file_kind,
@@ -367,7 +369,8 @@ class PaddedPacker:
         return np.zeros((0, self.seq_len), np.int32), np.zeros(0, np.int32)
 
 
-PACKERS: dict[str, Callable[..., WrappedPacker | PaddedPacker]] = {"wrapped": WrappedPacker, "padded": PaddedPacker}
+PACKERS: dict[str, Callable[..., WrappedPacker | PaddedPacker | DocumentPacker]] = {
+    "wrapped": WrappedPacker, "padded": PaddedPacker, "packed": DocumentPacker}
 """Registry: data.text.block_mode -> streaming packer (stream mode keeps the tokens as they come)."""
 
 
@@ -425,8 +428,10 @@ def _build_stream(source, tokenizer, folder, chunk_chars, read_bytes, workers, p
 def _build_blocks(source, tokenizer, config, folder, chunk_chars, read_bytes, workers, progress) -> dict[str, Any]:
     packer = PACKERS[config.text.block_mode](config.seq_len, tokenizer.bos_id, tokenizer.eos_id, tokenizer.pad_id)
     dtype = np.uint16 if tokenizer.vocab_size <= np.iinfo(np.uint16).max + 1 else np.int32
-    blocks = ShardWriter(folder, "blocks", dtype, (config.seq_len,))
-    lengths = ShardWriter(folder, "lengths", np.int32)
+    shapes = {"blocks": (dtype, (config.seq_len,)), "lengths": (np.int32, ()),
+              "segments": (segment_dtype(config.seq_len), (config.seq_len,))}
+    names = getattr(packer, "arrays", ("blocks", "lengths"))  # the packed mode adds a table of segment ids
+    writers = [ShardWriter(folder, name, *shapes[name]) for name in names]
     documents = 0
 
     def counted() -> Iterator[str]:
@@ -434,17 +439,17 @@ def _build_blocks(source, tokenizer, config, folder, chunk_chars, read_bytes, wo
             progress.update(len(doc))
             yield doc
 
-    def write(rows: np.ndarray, lens: np.ndarray) -> None:
-        blocks.append(rows)
-        lengths.append(lens)
+    def write(*tables: np.ndarray) -> None:
+        for writer, table in zip(writers, tables, strict=True):
+            writer.append(table)
 
     for ids in encode_in_order(document_chunks(counted(), chunk_chars), tokenizer, workers):
         documents += len(ids)
         out = [packer.add(doc) for doc in ids]
-        write(np.concatenate([o[0] for o in out]), np.concatenate([o[1] for o in out]))
+        write(*(np.concatenate([o[i] for o in out]) for i in range(len(names))))
     if documents == 0:
         raise DataFileError(f"{source.what()}: holds no documents (every document is empty)")
     write(*packer.finish())
-    blocks.finish()
-    lengths.finish()
+    for writer in writers:
+        writer.finish()
     return {"documents": documents, "truncated": getattr(packer, "truncated", 0)}

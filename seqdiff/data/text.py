@@ -1,12 +1,19 @@
 """Text data module: a corpus (builtin, named dataset, or a user's folder / files) turned into blocks.
 
-Three block modes (data.text.block_mode):
+Four block modes (data.text.block_mode):
 - stream (default): each split tokenized into one stream; training takes random windows
   (`RandomWindowBatches`), evaluation tiles the stream (`TiledBlocks`).
 - wrapped: documents joined with EOS and cut into BOS ... EOS rows (`pack_wrapped`, MDLM's wrap);
 - padded: one document per row, BOS doc EOS, truncated and padded (`pack_padded`; padding is masked out
   of attention and of the loss). Both train on whole rows (`RandomBlockBatches`) and evaluate every row
   (`PackedBlocks`).
+- packed: documents BOS doc EOS one after the other in full rows of data.seq_len (`pack_documents`; a document
+  that reaches the end of a row goes on in the next row as a document of its own), with per-token segment
+  ids and positions restarting at 0 in each document; the backbone keeps attention inside each document
+  and every row but the split's last is full (no padding). Train, valid and test are packed separately;
+  training visits whole rows (`RandomBlockBatches`, the last, padded row included: no token is dropped) and
+  evaluation scores every row, packed as in training (`PackedBlocks`), which equals scoring each document
+  on its own (document-aware attention).
 
 Document boundaries: a .jsonl line or .parquet row; in .txt files a paragraph or a line (data.text.documents).
 Tokenized blocks of large sources (data.text.cache_min_bytes, or data.text.cache=true) are cached on disk under
@@ -34,8 +41,10 @@ from seqdiff.data.blocks import (
     RandomBlockBatches,
     RandomWindowBatches,
     TiledBlocks,
+    pack_documents,
     pack_padded,
     pack_wrapped,
+    segment_dtype,
 )
 from seqdiff.data.cache import file_identity
 from seqdiff.data.datasets import DATASETS, get_dataset, get_detokenizer, load_documents
@@ -150,13 +159,17 @@ def build_split_arrays(source: SplitSource, tokenizer: Tokenizer, config: DataCo
     ids = tokenize_documents(docs, tokenizer, config.text.tokenize_workers, source.what())
     special = (tokenizer.bos_id, tokenizer.eos_id, tokenizer.pad_id)
     truncated = 0
+    extra: dict[str, np.ndarray] = {}
     if config.text.block_mode == "wrapped":
         blocks, lengths = pack_wrapped(ids, config.seq_len, *special)
+    elif config.text.block_mode == "packed":
+        blocks, lengths, segments = pack_documents(ids, config.seq_len, *special)
+        extra["segments"] = segments.astype(segment_dtype(config.seq_len))  # as the streaming path stores them
     else:
         blocks, lengths, truncated = pack_padded(ids, config.seq_len, *special)
     if tokenizer.vocab_size <= np.iinfo(np.uint16).max + 1:  # GPT-2, BERT, characters: half the disk and memory
         blocks = blocks.astype(np.uint16)
-    return {"blocks": blocks, "lengths": lengths}, {"documents": len(docs), "truncated": truncated}
+    return {"blocks": blocks, "lengths": lengths, **extra}, {"documents": len(docs), "truncated": truncated}
 
 
 def load_split_arrays(config: DataConfig, tokenizer: Tokenizer, split: str,
@@ -189,7 +202,8 @@ class TextDataModule(L.LightningDataModule):
             self.split_arrays(split)
 
     def split_arrays(self, split: str) -> dict[str, np.ndarray]:
-        """{"tokens"} (stream) or {"blocks", "lengths"} (wrapped / padded) of a split, loaded once."""
+        """{"tokens"} (stream), {"blocks", "lengths"} (wrapped / padded; packed: + "segments") of a split, loaded
+        once."""
         if split not in self.arrays:
             self.arrays[split], self.meta[split] = load_split_arrays(self.config, self.tokenizer, split)
             if self.meta[split].get("truncated"):
@@ -216,7 +230,7 @@ class TextDataModule(L.LightningDataModule):
             if self.config.text.block_mode == "wrapped" and len(blocks) > 1 and lengths[-1] < self.config.seq_len:
                 blocks, lengths = blocks[:-1], lengths[:-1]  # train on full rows only (as MDLM drops the rest)
             data = RandomBlockBatches(blocks, lengths, self.config.batch_size, self.seed, start_step=start,
-                                      rank=rank, world_size=world)
+                                      rank=rank, world_size=world, segments=arrays.get("segments"))
         return DataLoader(data, batch_size=None, num_workers=self.config.num_workers,
                           persistent_workers=self.config.num_workers > 0)
 
@@ -225,7 +239,7 @@ class TextDataModule(L.LightningDataModule):
             data = TiledBlocks(self.split_tokens(split), self.config.seq_len, self.tokenizer.pad_id)
         else:
             arrays = self.split_arrays(split)
-            data = PackedBlocks(arrays["blocks"], arrays["lengths"])
+            data = PackedBlocks(arrays["blocks"], arrays["lengths"], arrays.get("segments"))
         return DataLoader(data, batch_size=self.config.eval_batch_size, shuffle=False,
                           num_workers=self.config.num_workers)
 

@@ -6,7 +6,7 @@ import dataclasses
 
 from torch import nn
 
-from seqdiff.backbones import build_backbone
+from seqdiff.backbones import BACKBONES, build_backbone
 from seqdiff.backbones.rc_equivariant import CONJOINABLE_METHODS
 from seqdiff.config import ConfigError, MethodConfig, ModelConfig
 from seqdiff.methods.ar import AR
@@ -50,5 +50,24 @@ def build_model(model: ModelConfig, method_config: MethodConfig, tokenizer: Toke
     return method, backbone, model
 
 
+def check_packing(config, method: Method) -> None:
+    """data.text.block_mode=packed needs a `packable` method and a backbone class that takes segment ids (not
+    wrapped for reverse-complement equivariance): a ConfigError naming the key and what is allowed, before
+    anything is written."""
+    if config.data.kind != "text" or config.data.text.block_mode != "packed":
+        return
+    if not method.packable:
+        able = sorted(name for name, cls in METHODS.items() if cls.packable)
+        raise ConfigError(f"data.text.block_mode=packed needs a method that trains on packed documents "
+                          f"({', '.join(able)}); method.name={method.name} cannot (use data.text.block_mode=padded or "
+                          f"wrapped)")
+    backbone = BACKBONES.get(config.model.backbone)
+    if not getattr(backbone, "takes_segment_ids", False) or config.model.rc_equivariant != "none":
+        able = sorted(name for name, cls in BACKBONES.items() if getattr(cls, "takes_segment_ids", False))
+        raise ConfigError(f"data.text.block_mode=packed needs a backbone with document-aware attention (model.backbone "
+                          f"in {able} with model.rc_equivariant=none); got model.backbone={config.model.backbone}, "
+                          f"model.rc_equivariant={config.model.rc_equivariant} (use data.text.block_mode=padded)")
+
+
 __all__ = ["AR", "D3PM", "DEFAULT_SAMPLERS", "MDLM", "METHODS", "SEDD", "Batch", "Method", "MethodOutput",
-           "build_method", "build_model", "resolve_model_config", "BD3LM"]
+           "build_method", "build_model", "resolve_model_config", "BD3LM", "check_packing"]

@@ -2,6 +2,11 @@
 
 The input is [BOS, x_1 .. x_{L-1}] and the targets are [x_1 .. x_L], so AR scores exactly the same L
 tokens of each block as MDLM does and the two NLLs are comparable token for token. Its NLL is exact.
+
+Packed documents (Batch.segment_ids): the shift is per document, so the first token of each document (its
+BOS token in the data, as in the wrapped / padded rows) is predicted from the model's BOS input, never from
+the previous document's last token, and attention is causal within each document: a packed row's NLL is
+the sum of its documents' NLLs computed one by one (tested).
 """
 
 from __future__ import annotations
@@ -20,11 +25,19 @@ class AR(Method):
     """The exact NLL: one causal pass, no random times."""
     default_sampler = "ar"
     """KV-cached left-to-right generation."""
+    packable = True
+    """Packed documents: shifted per document, attention causal within each (module docstring)."""
 
-    def shift_right(self, x: Tensor) -> Tensor:
-        """(B, L) -> (B, L): BOS followed by all but the last token."""
+    def shift_right(self, x: Tensor, segment_ids: Tensor | None = None) -> Tensor:
+        """(B, L) -> (B, L): BOS followed by all but the last token; with segment ids, BOS at the first token
+        of every segment (nothing crosses from one document into the next)."""
         bos = torch.full_like(x[:, :1], self.bos_id)
-        return torch.cat([bos, x[:, :-1]], dim=1)
+        shifted = torch.cat([bos, x[:, :-1]], dim=1)
+        if segment_ids is None:
+            return shifted
+        starts = torch.ones_like(segment_ids, dtype=torch.bool)
+        starts[:, 1:] = segment_ids[:, 1:] != segment_ids[:, :-1]  # (B, L) first token of a document
+        return shifted.masked_fill(starts, self.bos_id)
 
     def loss(self, backbone: nn.Module, batch: Batch, generator: torch.Generator | None = None) -> MethodOutput:
         batch = Batch.from_any(batch)
@@ -34,7 +47,9 @@ class AR(Method):
         if batch.attention_mask is not None:  # shift with the inputs; BOS is always real
             attention_mask = torch.cat([torch.ones_like(batch.attention_mask[:, :1]),
                                         batch.attention_mask[:, :-1]], dim=1)
-        logits = backbone(self.shift_right(x), attention_mask=attention_mask)  # (B, L, V)
+        # the shifted input at i stands in i's document: segment ids and positions are the targets'
+        logits = backbone(self.shift_right(x, batch.segment_ids), attention_mask=attention_mask,
+                          **batch.packing())  # (B, L, V)
         nll = F.cross_entropy(logits.flatten(0, 1).float(), x.flatten(), reduction="none").view_as(x)
         per_token = torch.where(scored, nll, torch.zeros_like(nll))
         num_tokens = scored.sum().to(torch.float64)

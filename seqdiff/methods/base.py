@@ -1,4 +1,10 @@
-"""What every method provides: a training loss and a per-token NLL (bound) accumulated in float64."""
+"""What every method provides: a training loss and a per-token NLL (bound) accumulated in float64.
+
+Packed documents (data.text.block_mode=packed): a batch may carry `segment_ids` and `positions` (B, L); a
+method that can train on them (`packable`) hands them to the backbone (`Batch.packing()`), which keeps
+attention inside each document, and scores every token once, within its own document.
+`seqdiff.methods.check_packing` refuses packing for a method or backbone that cannot.
+"""
 
 from __future__ import annotations
 
@@ -29,6 +35,8 @@ class Batch:
     input_ids: Tensor  # (B, L) long
     loss_mask: Tensor | None = None  # (B, L) bool
     attention_mask: Tensor | None = None  # (B, L) bool, True = real token
+    segment_ids: Tensor | None = None  # (B, L) long, packed documents: the document of each token in its row
+    positions: Tensor | None = None  # (B, L) long, packed documents: each token's place in its document
 
     @classmethod
     def from_any(cls, batch: Batch | dict | Tensor) -> Batch:
@@ -37,7 +45,17 @@ class Batch:
         if isinstance(batch, Tensor):
             return cls(input_ids=batch)
         # data modules may carry extra per-position fields (e.g. a soft-mask flag); methods ignore them
-        return cls(**{k: batch[k] for k in ("input_ids", "loss_mask", "attention_mask") if k in batch})
+        return cls(**{k: batch[k] for k in cls.FIELDS if k in batch})
+
+    FIELDS = ("input_ids", "loss_mask", "attention_mask", "segment_ids", "positions")
+    """The per-position fields (each (B, L) or None)."""
+
+    def packing(self, rows: slice | None = None) -> dict[str, Tensor]:
+        """The backbone's keyword arguments for packed documents ({} for unpacked rows), of `rows` only if given."""
+        if self.segment_ids is None:
+            return {}
+        pick = (lambda x: x) if rows is None else (lambda x: x[rows])  # noqa: E731
+        return {"segment_ids": pick(self.segment_ids), "positions": pick(self.positions)}
 
     def scored(self, pad_id: int) -> Tensor:
         mask = self.input_ids != pad_id
@@ -60,6 +78,8 @@ class Method(ABC):
     """The sampler (seqdiff.samplers.SAMPLERS) `build_sampler` picks when sample.sampler is null."""
     default_time_conditioning: ClassVar[bool] = False
     """model.time_conditioning when the recipe leaves it null."""
+    packable: ClassVar[bool] = False
+    """Whether `loss` / `nll` take packed documents (Batch.segment_ids) and keep each document to itself."""
 
     def __init__(self, config, tokenizer: Tokenizer):
         self.config = config
@@ -97,3 +117,4 @@ class Method(ABC):
             total = total + out.nll_sum.cpu()
             count = out.num_tokens.cpu()
         return total / num_samples, count
+

@@ -105,6 +105,8 @@ class BD3LM(MDLM):
     """A NELBO (an upper bound on the NLL), reported like MDLM's; exact only for block_size = 1."""
     default_sampler = "bd3lm"
     """The sampler `build_sampler` picks when sample.sampler is null."""
+    packable = False
+    """Packed documents are refused: its block-causal x_t + x_0 mask would need the segments folded in."""
 
     def __init__(self, config: MethodConfig, tokenizer: Tokenizer):
         super().__init__(config, tokenizer)
@@ -225,12 +227,19 @@ class BD3LM(MDLM):
         return MethodOutput(loss=loss, nll_sum=per_token.detach().to(torch.float64).sum(), num_tokens=num_tokens)
 
     # ------------------------------------------------------------------ objective
+    @staticmethod
+    def _refuse_packed(batch) -> None:
+        if Batch.from_any(batch).segment_ids is not None:
+            raise ValueError("bd3lm does not take packed documents (segment_ids); use data.text.block_mode=padded")
+
     def loss(self, backbone: nn.Module, batch: Batch, generator: torch.Generator | None = None) -> MethodOutput:
         """The training objective: the block NELBO with t in `train_times` (the clipped range, if any)."""
+        self._refuse_packed(batch)
         return self._output(*self.block_loss(backbone, batch, generator, self.train_times))
 
     def bound(self, backbone: nn.Module, batch: Batch, generator: torch.Generator | None = None) -> MethodOutput:
         """One draw of the block NELBO with t in [t_min, 1] (never clipped)."""
+        self._refuse_packed(batch)
         return self._output(*self.block_loss(backbone, batch, generator, self.eval_times))
 
 

@@ -19,6 +19,13 @@
   at t_min, O(t_min + eps) apart. Needs num_timesteps = 0, SUBS, and no time conditioning.
 - Micro-batches (`train.micro_batch_size`): `loss(..., rows=slice)` draws the noise of the whole batch and scores
   only those rows, so a batch split into micro-batches sees exactly the noise of the unsplit one.
+- Packed documents (data.text.block_mode=packed, Batch.segment_ids): the backbone keeps attention inside each
+  document, so the denoiser of a document sees only that document. One t (and one mask-count draw) per row is
+  shared by the documents of the row: each document's masked positions are still drawn independently with
+  rate 1 - alpha(t) given t, and t ~ U[t_min, 1] marginally, so each document's term is an unbiased estimate
+  of its own NELBO and the row's loss is their sum (tested with the same noise). Under mask_count, k is drawn
+  over the row's n scored tokens, not per document: the row's estimate stays unbiased for the row's bound
+  (the sum of its documents' bounds, since attention never crosses them).
 - Time conditioning is optional and off by default (the SUBS model is time-agnostic; the cached sampler
   relies on it).
 - Ablation `method.subs: false` (the MDLM paper's "w/o SUBS" ablation row): the D3PM-style x0-parameterization
@@ -55,6 +62,8 @@ class MDLM(Method):
     """A NELBO (an upper bound on the NLL) over random masking times."""
     default_sampler = "cached"
     """Ancestral sampling that skips the denoiser when nothing was unmasked."""
+    packable = True
+    """Packed documents: one t per row, each document's term unbiased (module docstring)."""
 
     def __init__(self, config: MethodConfig, tokenizer: Tokenizer):
         super().__init__(config, tokenizer)
@@ -172,7 +181,8 @@ class MDLM(Method):
         if rows is not None:  # a micro-batch: (b, ...) from here on
             x0, scored, t, xt, weight = x0[rows], scored[rows], t[rows], xt[rows], weight[rows]
             attention_mask = attention_mask[rows] if attention_mask is not None else None
-        logits = backbone(xt, noise_level=self.noise_level(t), attention_mask=attention_mask)  # (B, L, V)
+        logits = backbone(xt, noise_level=self.noise_level(t), attention_mask=attention_mask,
+                          **batch.packing(rows))  # (B, L, V)
         if self.subs:
             logits = self.subs_logits(logits)
             nll = F.cross_entropy(logits.flatten(0, 1).float(), x0.flatten(), reduction="none").view_as(x0)

@@ -47,6 +47,8 @@ class SEDD(Method):
     default_sampler = "analytic"
     """The analytic (Tweedie) reverse step."""
     default_time_conditioning = True
+    packable = True
+    """Packed documents: the backbone keeps attention inside each; one t per row, as MDLM (unbiased per document)."""
 
     def __init__(self, config: MethodConfig, tokenizer: Tokenizer):
         super().__init__(config, tokenizer)
@@ -95,7 +97,8 @@ class SEDD(Method):
         t = self.sample_times(x0.shape[0], x0.device, generator)  # (B,) float64
         sigma = self.sigma(t)
         xt = self.graph.sample_forward(x0, sigma, scored, generator)  # (B, L)
-        logits = backbone(xt, noise_level=sigma.float(), attention_mask=batch.attention_mask)  # (B, L, V)
+        logits = backbone(xt, noise_level=sigma.float(), attention_mask=batch.attention_mask,
+                          **batch.packing())  # (B, L, V)
         se = self.graph.score_entropy(logits.float(), self.score_offset(sigma), xt, x0, sigma)  # (B, L) float64
         prior = self.graph.prior_kl(self.sigma(torch.ones(1, device=x0.device)))  # (1,)
         per_token = self.dsigma(t)[:, None] * se + prior  # (B, L)

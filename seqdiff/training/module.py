@@ -237,9 +237,7 @@ class SeqDiffModule(L.LightningModule):
 
 def slice_batch(batch: Batch, rows: slice) -> Batch:
     """The rows of a batch (every per-row field)."""
-    return Batch(input_ids=batch.input_ids[rows],
-                 loss_mask=batch.loss_mask[rows] if batch.loss_mask is not None else None,
-                 attention_mask=batch.attention_mask[rows] if batch.attention_mask is not None else None)
+    return Batch(**{k: getattr(batch, k)[rows] if getattr(batch, k) is not None else None for k in Batch.FIELDS})
 
 
 def set_gradient_sync(backbone: torch.nn.Module, enabled: bool) -> None:

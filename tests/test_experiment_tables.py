@@ -1,0 +1,34 @@
+"""The generated tables of experiments/estimator_variance and experiments/quickstart_sweep show the numbers of
+the committed results.json (the reports' README.md files are written by hand)."""
+
+import json
+from pathlib import Path
+
+REPORTS = Path(__file__).resolve().parents[1] / "reports"
+
+
+def test_the_variance_table_shows_every_estimator_and_ratio():
+    from experiments.estimator_variance import render
+
+    result = json.loads((REPORTS / "variance" / "results.json").read_text())
+    text = render(result)
+    assert text.startswith(f"Made by `{result['command']}`")
+    for regime, rows in result["results"].items():
+        for row in rows:
+            ratio = result["ratios"][regime][row["label"]]
+            assert (f"| {row['label']} | {row['loss_mean']:.4f} ± {row['loss_mean_stderr']:.4f} | "
+                    f"{row['loss_var']:.2e}") in text
+            assert f"| {ratio['loss_var']:.2f} | {ratio['grad_var']:.2f} |" in text
+
+
+def test_the_sweep_table_shows_every_candidate():
+    from experiments.quickstart_sweep import table
+
+    results = json.loads((REPORTS / "quickstart_sweep" / "results.json").read_text())
+    text = table(results)
+    assert text.startswith(f"Made by `{results['command']}`")
+    for name, r in results["candidates"].items():
+        m, a = r["methods"]["mdlm"], r["methods"]["ar"]
+        assert f"| {name} | " in text
+        assert f"| {m['valid_bits_per_character']:.4f} | {a['valid_bits_per_character']:.4f} | " in text
+        assert f"{100 * r['relative_gap_bits']:+.1f}%" in text
