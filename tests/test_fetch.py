@@ -178,7 +178,7 @@ def test_unknown_source(env, capsys):
         fetch("nope")
     assert main(["data", "fetch", "gpt2-vocab", "nope"]) == 2  # checked before anything is downloaded
     err = capsys.readouterr().err
-    assert "seqdiff data: error: unknown data source 'nope'" in err and "splice-junctions" in err
+    assert "seqdiff data fetch: error: unknown data source 'nope'" in err and "splice-junctions" in err
     assert not env[0].exists()
 
 

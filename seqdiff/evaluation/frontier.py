@@ -290,7 +290,7 @@ def targets(rows: list[dict[str, Any]], length: int, reference: dict[str, Any] |
     for r in rows:
         if r["exact"] or r["denoiser_calls_per_sample"] > length / 4:
             continue
-        exact = [e for e in rows if e["exact"] and e["sampler"] != "ar" and e["checkpoint"] == r["checkpoint"]]
+        exact = [e for e in rows if e["exact"] and e["checkpoint"] == r["checkpoint"]]  # its own model
         best = min(exact, key=lambda e: e["gen_perplexity"]) if exact else None
         c = {"label": r["label"], "steps": r["steps"], "calls": r["denoiser_calls_per_sample"],
              "gen_perplexity": r["gen_perplexity"], "entropy": r["unigram_entropy_nats"],
