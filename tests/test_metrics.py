@@ -292,6 +292,18 @@ def test_frontier_targets_follow_the_issue_definitions():
     assert not targets(rows, 128, {"unigram_entropy_nats": 2.7})["first_hitting_vs_ancestral"]["within_2se"]
 
 
+def test_frontier_labels_tell_checkpoints_apart():
+    from seqdiff.evaluation.frontier import distinct_labels
+
+    rows = [{"label": "BD3-LM", "checkpoint": "runs/b4/checkpoints/last.ckpt"},
+            {"label": "BD3-LM", "checkpoint": "runs/b16/checkpoints/last.ckpt"},
+            {"label": "AR", "checkpoint": "runs/ar/checkpoints/last.ckpt"}]
+    distinct_labels(rows)
+    assert [r["label"] for r in rows] == ["BD3-LM [b4]", "BD3-LM [b16]", "AR"]
+    distinct_labels(rows)  # rendering again changes nothing
+    assert [r["label"] for r in rows] == ["BD3-LM [b4]", "BD3-LM [b16]", "AR"]
+
+
 def test_known_word_share_counts_whole_words_only():
     from seqdiff.evaluation.metrics import known_word_share
 

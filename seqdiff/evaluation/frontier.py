@@ -29,6 +29,7 @@ import json
 import math
 import os
 import platform
+import shlex
 import statistics
 import sys
 import time
@@ -231,7 +232,8 @@ def run_frontier(args: argparse.Namespace) -> dict[str, Any]:
                      **{k: m[k] for k in ("distinct_1", "distinct_2", "distinct_4", "repetition_4")}}
     identical = _cached_equals_uncached(grid, tokens)
     return {
-        "command": "seqdiff frontier " + " ".join(sys.argv[2:] if sys.argv[1:2] == ["frontier"] else sys.argv[1:]),
+        "command": "seqdiff " + shlex.join(args.argv) if getattr(args, "argv", None) else  # as parsed by the CLI
+                   "seqdiff frontier " + shlex.join(sys.argv[2:] if sys.argv[1:2] == ["frontier"] else sys.argv[1:]),
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(),
                     "device": args.device, "load_average_start": load_start, "load_average_end": os.getloadavg()[0],
@@ -326,6 +328,23 @@ def targets(rows: list[dict[str, Any]], length: int, reference: dict[str, Any] |
 
 
 # ---------------------------------------------------------------------------------------------- report
+def run_name(checkpoint: str) -> str:
+    """The run directory's name of a checkpoint path (runs/x/checkpoints/last.ckpt -> x)."""
+    path = Path(checkpoint)
+    return path.parent.parent.name if path.parent.name == "checkpoints" else path.name
+
+
+def distinct_labels(rows: list[dict[str, Any]]) -> None:
+    """Where one sampler label covers several checkpoints (two BD3-LM block sizes, say), append each row's run
+    name, so the table and the figures tell them apart."""
+    runs: dict[str, set[str]] = {}
+    for r in rows:
+        runs.setdefault(r["label"], set()).add(r["checkpoint"])
+    for r in rows:
+        if len(runs[r["label"]]) > 1:
+            r["label"] = f"{r['label']} [{run_name(r['checkpoint'])}]"
+
+
 def write_report(result: dict[str, Any], out: Path) -> None:
     from seqdiff.evaluation.generate import write_atomically
     from seqdiff.figures import pyplot, save_figure
@@ -333,6 +352,7 @@ def write_report(result: dict[str, Any], out: Path) -> None:
     plt = pyplot()
 
     out.mkdir(parents=True, exist_ok=True)
+    distinct_labels(result["rows"])
     write_atomically(out / "frontier.json", json.dumps(result, indent=2) + "\n")
     rows, ref = result["rows"], result["reference"]
     labels = list(dict.fromkeys(r["label"] for r in rows))
