@@ -69,7 +69,7 @@ def test_bench_writes_json_and_markdown(tmp_path, keep_threads, capsys):
 
     md = (tmp_path / "bench.md").read_text()
     assert md.startswith("# seqdiff bench") and data["command"] in md
-    assert "| seqdiff_bidirectional |" in md and "**Matmul fraction.**" in md
+    assert "| seqdiff_bidirectional |" in md and "**Matmul fraction**" in md
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bench.json", "bench.md"]  # no temporary files left
     assert "| hf_gpt2 |" in capsys.readouterr().out
 

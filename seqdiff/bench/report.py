@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
 
@@ -74,106 +73,43 @@ def render_tables(result: dict[str, Any], train: dict[str, Any], sampling: dict[
 
 
 def explanation(result: dict[str, Any], train: dict[str, Any], sampling: dict[str, Any]) -> str:
-    """The prose of bench.md, built from this run's numbers."""
+    """The measured figures of bench.md as bullet lines: numbers and targets met / not met, no interpretation
+    (what the operator categories hold and why the cached sampler's saving does not depend on the weights is
+    in docs/training.md, "Reading seqdiff bench")."""
     cfg = result["config"]
     mm = train["matmul"]["median"]
-    paras = []
-    r = result["ratio_vs_hf"]
-    rs = result["ratio_vs_hf_same_activation"]
-    met = result["train_ratio_target_met"]
-    activation = cfg.get("activation", "gelu_tanh")
-    if activation == "gelu":
-        same = (f"The DiT ran with the exact GELU (`--activation gelu`), BERT's default, so the bidirectional "
-                f"pair above already compares like with like; against GPT-2 switched to the exact GELU the causal "
-                f"ratio is {rs['causal']:.3f}.")
-    else:
-        same = (f"With BERT switched to the tanh GELU that the DiT uses (its default, `--activation gelu_tanh`; "
-                f"`--activation gelu` runs the DiT with BERT's exact GELU instead) the bidirectional ratio is "
-                f"{rs['bidirectional']:.3f} (GPT-2's default activation is already the tanh GELU).")
-
-    def d(cat: str) -> float:  # DiT minus BERT, ms per profiled step
-        return train["profiles"]["seqdiff_bidirectional"]["ms"][cat] - train["profiles"]["hf_bert"]["ms"][cat]
-
-    paras.append(
-        f"**Training.** seqdiff / Hugging Face training throughput, as the median of per-round ratios: "
-        f"bidirectional (MDLM loss vs BertForMaskedLM) {r['bidirectional']:.3f}, causal (AR loss vs "
-        f"GPT2LMHeadModel) {r['causal']:.3f}; target ≥ {TRAIN_RATIO_TARGET:g}: "
-        f"{'met' if met['bidirectional'] else 'not met'} / {'met' if met['causal'] else 'not met'}. "
-        f"{same} The models are not "
-        f"identical beyond the shape: BERT adds learned absolute and token-type embeddings, an embedding "
-        f"LayerNorm and a dense + GELU + LayerNorm transform before its output layer (and ties that layer to the "
-        f"input embedding); GPT-2 adds learned absolute positions; the DiT applies rotary embeddings to queries "
-        f"and keys in every layer. Parameter counts are in the table and in bench.json. In the profiled steps "
-        f"(table above) the DiT spends {d('gelu'):+.1f} ms on GELU, {d('elementwise'):+.1f} ms on elementwise "
-        f"operators (the rotary multiply among them) and {d('matmul'):+.1f} ms on matmuls relative to BERT."
-    )
-    prof = train["profiles"]
-    p = prof["seqdiff_bidirectional"]
+    r, rs, met = result["ratio_vs_hf"], result["ratio_vs_hf_same_activation"], result["train_ratio_target_met"]
+    frac = result["matmul_fraction"]
+    p = train["profiles"]["seqdiff_bidirectional"]
     total = sum(p["ms"].values())
     share = {k: v / total for k, v in p["ms"].items()}
     kernel = p["matmul_kernel_flops_per_s"] or 0.0
-    tokens = cfg["batch_size"] * cfg["seq_len"]
-    attn_flop = 12 * cfg["n_layers"] * cfg["hidden_size"] * cfg["seq_len"] * tokens  # QK^T and AV, fwd + bwd
-    attn_rate = attn_flop / (p["ms"]["attention"] / 1e3) if p["ms"]["attention"] > 0 else 0.0
-    others = sorted((c for c in CATEGORIES if c != "matmul"), key=lambda c: -share[c])
-    frac = result["matmul_fraction"]
-    paras.append(
-        f"**Matmul fraction.** Training, the bidirectional model turns {frac['seqdiff_bidirectional']:.0%} of "
-        f"this device's measured float32 matmul rate ({mm / 1e9:.0f} GFLOP/s on {cfg['matmul_size']}² operands) "
-        f"into model FLOPs (6 N + attention per token), the causal model {frac['seqdiff_causal']:.0%} (its count "
-        f"includes the full attention term; causal attention does about half of it). A profiled training step "
-        f"of the bidirectional model ({p['wall_ms']:.0f} ms under the profiler) says where the rest goes. "
-        f"Matrix multiplies take {share['matmul']:.0%} of it, and at the model's shapes ({tokens} rows of width "
-        f"{cfg['hidden_size']} against weights with {cfg['hidden_size']}–{4 * cfg['hidden_size']} columns) those "
-        f"kernels run at {kernel / 1e9:.0f} GFLOP/s, {kernel / mm:.0%} of the large-matmul rate (the cost of "
-        f"small matrices). The other {1 - share['matmul']:.0%} of the step: "
-        + ", ".join(f"{c} {share[c]:.0%}" for c in others if share[c] >= 0.005)
-        + f". `attention` is the fused SDPA kernel, forward and backward (about {attn_rate / 1e9:.0f} GFLOP/s on its "
-        "own FLOPs; on CPU its backward also zero-fills the q / k / v gradient buffers). `gelu` is the "
-        + ("exact (erf) GELU, as in BERT: " if activation == "gelu" else "tanh-approximate GELU: ")
-        + f"{p['ms']['gelu']:.0f} ms here against {prof['hf_bert']['ms']['gelu']:.0f} ms for "
-        "the exact (erf) GELU in BERT's profiled step"
-        + (" (torch's kernel for the tanh form is the slower one)" if activation != "gelu" and p["ms"]["gelu"]
-           > 1.2 * prof["hf_bert"]["ms"]["gelu"] else "")
-        + "; HF's `gelu_new` is composed of Python-level elementwise ops, which is why hf_bert_gelu_new and "
-        "hf_gpt2 show large `elementwise` and no `gelu`. "
-        "`elementwise` holds the residual adds, the rotary complex multiply, the bias-gradient reductions and the "
-        "loss' masking; `copies` are mostly, on CPU, the bias rows that addmm broadcasts into each newly "
-        "allocated output before its GEMM (the first touch of fresh activation memory), plus the stacking of the "
-        "q / k / v gradients in the backward of the fused qkv projection; `optimizer` is everything inside "
-        "AdamW's step (torch's CPU default is the per-parameter, single-tensor implementation); `autograd` and "
-        "`unattributed` (time outside any operator, profiler overhead included) are the eager Python and "
-        f"dispatch overhead: {share['autograd'] + share['unattributed']:.0%} of this step. The output layer is "
-        f"{'negligible' if cfg['vocab_size'] < cfg['hidden_size'] else 'a visible cost'} at vocabulary "
-        f"{cfg['vocab_size']}. The memory-bound operators (gelu, layernorm, elementwise, copies: "
-        f"{share['gelu'] + share['layernorm'] + share['elementwise'] + share['copies']:.0%} together) cost O(H) "
-        "per token against the GEMMs' O(H²), so their weight, like the small-matrix penalty, falls as the width "
-        "grows."
-    )
-    speed = result["cached_speedup"]
-    exp = sampling["expected_speedup"]
-    paras.append(
-        f"**Sampling.** MDLM samplers run with steps = length = {cfg['seq_len']}; the models are randomly "
-        "initialized. That does not bias the cached sampler: whether a step reveals a token is drawn from the "
-        "schedule alone (probability (alpha_s - alpha_t) / (1 - alpha_t) per masked position), never from the "
-        "denoiser's output, so the number of steps that reveal nothing — the steps the cached sampler skips — is "
-        "the same for a trained model. With the log-linear schedule each token's reveal step is uniform over the "
-        f"steps, so a row is unchanged after a step with probability (1 - 1/T)^L ≈ {math.exp(-1):.2f} at T = L, "
-        f"and the cache saves a factor {exp:.2f} of the denoiser work per row in expectation (the measured "
+    word = {True: "met", False: "not met"}
+    lines = [
+        f"- **Training**, seqdiff / Hugging Face throughput (median of per-round ratios), target ≥ "
+        f"{TRAIN_RATIO_TARGET:g}: bidirectional (MDLM loss vs BertForMaskedLM) {r['bidirectional']:.3f} "
+        f"({word[met['bidirectional']]}), causal (AR loss vs GPT2LMHeadModel) {r['causal']:.3f} "
+        f"({word[met['causal']]}); with the same activation on both sides: bidirectional "
+        f"{rs['bidirectional']:.3f}, causal {rs['causal']:.3f}.",
+        f"- **Matmul fraction**, model FLOPs (6 N + attention per token) over this device's float32 matmul rate "
+        f"({mm / 1e9:.0f} GFLOP/s on {cfg['matmul_size']}² operands): bidirectional "
+        f"{frac['seqdiff_bidirectional']:.0%}, causal {frac['seqdiff_causal']:.0%}. In the profiled bidirectional "
+        f"step ({p['wall_ms']:.0f} ms) the matmul kernels run at {kernel / 1e9:.0f} GFLOP/s ({kernel / mm:.0%} of "
+        "that rate); shares of the step: "
+        + ", ".join(f"{c} {share[c]:.0%}" for c in sorted(CATEGORIES, key=lambda c: -share[c]) if share[c] >= 0.005)
+        + ".",
+        f"- **Sampling**, cached / uncached MDLM at steps = length = {cfg['seq_len']} (target ≥ "
+        f"{CACHED_SPEEDUP_TARGET:g}×): "
+        + ", ".join(f"{s:.2f}× at batch {b}" for b, s in result["cached_speedup"].items())
+        + f" ({word[all(result['cached_speedup_target_met'].values())]}); expected saving in denoiser calls "
+        f"{sampling['expected_speedup']:.2f}× (measured "
         f"{result['sample_denoiser_calls']['mdlm_cached'].get('1', float('nan')):.0f} calls at batch 1 against "
-        f"{cfg['seq_len']} agree). In wall-clock time the factor can differ a little: at batch > 1 the cached "
-        "sampler recomputes only the rows that changed, as a smaller batch, and skips their float64 softmax. "
-        "Measured cached / uncached speedup: " + ", ".join(f"{s:.2f}× at batch {b}" for b, s in speed.items())
-        + f"; the issue's target (≥ {CACHED_SPEEDUP_TARGET:g}× at steps = length) is "
-        + ("met." if all(result["cached_speedup_target_met"].values()) else
-           "not met, and is out of reach of this sampler with the log-linear schedule at steps = length; the "
-           "saving grows when steps exceed the length (at T = 4L the expected factor is "
-           f"{expected_cached_speedup(4 * cfg['seq_len'], cfg['seq_len']):.1f}×).")
-        + " AR decodes one token per forward pass from its KV cache."
-    )
-    paras.append(f"**Memory.** Peak memory of building a model with its AdamW optimizer and running two training "
-                 f"steps, above the level before: {result['peak_memory_method']}.")
-    return "\n\n".join(paras)
+        f"{cfg['seq_len']}); at T = 4L the expected factor is "
+        f"{expected_cached_speedup(4 * cfg['seq_len'], cfg['seq_len']):.1f}×.",
+        f"- **Memory**, peak of building a model with its AdamW optimizer and two training steps: "
+        f"{result['peak_memory_method']}.",
+    ]
+    return "\n".join(lines)
 
 
 def contention_note(result: dict[str, Any]) -> str:
