@@ -577,6 +577,16 @@ def test_dna_fasta_train_eval_sample(tmp_path, capsys):
 
     gen = generate(load_checkpoint(tmp_path / "run"), SampleConfig(num_samples=2, batch_size=2, seq_len=50, steps=4))
     assert gen.sampler == "bd3lm" and gen.lengths == [50, 50]  # beyond the 32-base context
+    # the frontier's real-data row on FASTA: whole test tiles without N, cut to the length
+    from seqdiff.data import build_data_module
+    from seqdiff.evaluation.frontier import reference_windows
+
+    model = load_checkpoint(tmp_path / "run")
+    tiles = build_data_module(model.data_config, model.tokenizer).eval_dataset("test")
+    texts = [model.tokenizer.decode(t["input_ids"][t["attention_mask"]]) for t in tiles]
+    windows = [model.tokenizer.decode(w) for w in reference_windows(model, 20, 3, seed=0)]
+    assert len(windows) == 3 and all(len(w) == 20 and "N" not in w.upper() for w in windows)
+    assert all(any(t.startswith(w) for t in texts) for w in windows)
 
 
 def test_clip_search_picks_the_least_variance_range_during_training(tmp_path):

@@ -151,10 +151,27 @@ def reference_windows(model, length: int, count: int, seed: int) -> list:
 
     from seqdiff.data import build_data_module
 
-    tokens = build_data_module(model.data_config, model.tokenizer).split_tokens("test")
+    data = build_data_module(model.data_config, model.tokenizer)
     g = torch.Generator().manual_seed(seed)
+    if model.data_config.kind == "fasta":  # whole test tiles with no N and no padding, cut to `length`
+        tiles = data.eval_dataset("test")
+        out = []
+        for i in torch.randperm(len(tiles), generator=g).tolist():
+            ids = tiles[i]["input_ids"][tiles[i]["attention_mask"]][:length]
+            text = model.tokenizer.decode(ids)
+            if len(ids) == length and "N" not in text.upper():
+                out.append(torch.as_tensor(ids).long())
+            if len(out) == count:
+                break
+        return out
+    tokens = data.split_tokens("test")
     starts = torch.randint(0, len(tokens) - length + 1, (count,), generator=g).tolist()
     return [torch.as_tensor(tokens[s : s + length]).long() for s in starts]
+
+
+def _source_name(data) -> str:
+    """What the reference windows come from: the text corpus, or the FASTA file."""
+    return Path(data.fasta.path).name if data.kind == "fasta" else data.corpus
 
 
 def run_frontier(args: argparse.Namespace) -> dict[str, Any]:
@@ -221,13 +238,13 @@ def run_frontier(args: argparse.Namespace) -> dict[str, Any]:
                      "unigram_entropy_nats": metrics["unigram_entropy_nats"],
                      **{k: metrics[k] for k in ("distinct_1", "distinct_2", "distinct_4", "repetition_4")}})
     reference_model = next((a.model for a in arms if a.model.data_config is not None
-                            and a.model.data_config.kind == "text"), None)
+                            and a.model.data_config.kind in ("text", "fasta")), None)
     reference = None
     if reference_model is not None:
         real = reference_windows(reference_model, length, args.num_samples, args.seed)
         m = generation_metrics(real, [reference_model.tokenizer.decode(t) for t in real], oracle=oracle)
         reference = {"what": f"{len(real)} random {length}-token windows of the test split "
-                             f"({reference_model.data_config.corpus})",
+                             f"({_source_name(reference_model.data_config)})",
                      "gen_perplexity": m["gen_perplexity"], "unigram_entropy_nats": m["unigram_entropy_nats"],
                      **{k: m[k] for k in ("distinct_1", "distinct_2", "distinct_4", "repetition_4")}}
     identical = _cached_equals_uncached(grid, tokens)
