@@ -108,6 +108,7 @@ def test_bad_multi_process_settings_fail_before_anything_is_written(tmp_path, ca
                                      "train.num_nodes=2"]), tmp_path / "r2")
 
 
+@pytest.mark.slow  # about 40 s of two-process training; test_two_process_ddp_matches_one_process stays fast
 def test_ddp_keeps_a_frozen_backbone_bit_for_bit(tmp_path, one_thread):
     """train.freeze_backbone_steps under DDP: the body's all-reduced gradients are dropped like one process's,
     so after the frozen steps it equals the single-process run's bit for bit (both are the initial weights)."""

@@ -12,6 +12,7 @@ import subprocess
 import sys
 
 import pandas as pd
+import pytest
 import torch
 
 from seqdiff.checkpoint import load_checkpoint
@@ -57,6 +58,7 @@ def test_two_process_fsdp2_matches_one_process(tmp_path):
     assert load_checkpoint(tmp_path / "fsdp2" / "checkpoints" / "last.ckpt").step == 3
 
 
+@pytest.mark.slow  # 1-2 min of two-process training; test_two_process_fsdp2_matches_one_process stays fast
 def test_fsdp2_run_resumes_to_the_uninterrupted_weights_and_logs_samples(tmp_path):
     """MDLM with EMA: a run stopped at step 2 and resumed to step 4 ends where an uninterrupted 4-step run
     ends (optimizer state, EMA shards, data position and noise all restored; a constant learning rate, so
