@@ -463,6 +463,10 @@ def _ratio(x: float | None) -> str:
     return "—" if x is None else f"{x:.2f}×"
 
 
+def _met(flag: bool) -> str:
+    return "met" if flag else "not met"
+
+
 def target_lines(result: dict[str, Any]) -> list[str]:
     """The measured targets as bullet lines: numbers and met / not met, no interpretation (that is for the
     hand-written report that cites frontier.json)."""
@@ -474,27 +478,28 @@ def target_lines(result: dict[str, Any]) -> list[str]:
             f"(target ≥ 4×); gen PPL {f['first_hitting_gen_perplexity']:.2f} vs {f['ancestral_gen_perplexity']:.2f}, "
             f"log ratio {f['log_ratio']:+.3f} ± {2 * f['log_ratio_se']:.3f} (2 s.e.): "
             f"{'inside' if f['within_2se'] else 'outside'} ±2 s.e.; entropy {f['first_hitting_entropy']:.3f} vs "
-            f"{f['ancestral_entropy']:.3f} — {'met' if f['met'] else 'not met'}.")
+            f"{f['ancestral_entropy']:.3f} — {_met(f['met'])}.")
     q = t.get("approximate_at_quarter_calls")
     if q:
         lines.append(f"- Approximate samplers at ≤ {q['max_calls']:g} denoiser calls (length / 4), against the best "
                      "exact diffusion row of the same checkpoint (gen PPL ≤ 1.10×), real text (entropy within 2%) "
                      f"and AR with its KV cache (faster; batch {t.get('batch_size', result['batch_size'])}) — "
-                     f"{'met' if q['met'] else 'not met'}:")
+                     f"{_met(q['met'])}:")
         for c in q["rows"]:
             ent = "—" if c["entropy_rel_to_real"] is None else f"{100 * c['entropy_rel_to_real']:+.1f}%"
             lines.append(f"  - {c['label']} at {c['steps']} steps ({c['calls']:.1f} calls): gen PPL "
                          f"{c['gen_perplexity']:.2f} = {_ratio(c['ppl_ratio_to_best_exact'])} {c['best_exact']}; "
                          f"entropy {ent} vs real text; {_ratio(c['speedup_over_ar'])} AR's speed — "
-                         f"{'met' if c['met'] else 'not met'}")
+                         f"{_met(c['met'])}")
     e = t.get("edlm_vs_mdlm_equal_quality")
     if e:
         lines.append(f"- EDLM against the cheapest cached-MDLM row at least as good in gen PPL (target ≥ 1.3× at "
                      f"batch 16; this run: batch {t.get('batch_size', result['batch_size'])}): best "
-                     f"{_ratio(e['best_speedup'])} — {'met' if e['met'] else 'not met'}:")
+                     f"{_ratio(e['best_speedup'])} — {_met(e['met'])}:")
         for p in e["pairs"]:
             match = ("no MDLM row reaches it" if p["mdlm_steps"] is None else
-                     f"MDLM {p['mdlm_steps']} steps, gen PPL {p['mdlm_gen_perplexity']:.2f}, {p['mdlm_seconds']:.3f} s: "
+                     f"MDLM {p['mdlm_steps']} steps, gen PPL {p['mdlm_gen_perplexity']:.2f}, "
+                     f"{p['mdlm_seconds']:.3f} s: "
                      f"EDLM {_ratio(p['speedup'])} faster")
             lines.append(f"  - EDLM {p['edlm_steps']} steps, gen PPL {p['edlm_gen_perplexity']:.2f}, "
                          f"{p['edlm_seconds']:.3f} s/sample; {match}")
