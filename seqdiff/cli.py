@@ -313,6 +313,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
     import shlex
 
     from seqdiff.probes import load_benchmark
+    from seqdiff.probes.data import stratified_subsample
     from seqdiff.probes.finetune import FinetuneConfig
     from seqdiff.probes.protocol import ProbeConfig, load_probe_model, run_protocol
     from seqdiff.probes.report import format_row, metric_label, write_report
@@ -324,15 +325,18 @@ def cmd_probe(args: argparse.Namespace) -> int:
     models = [load_probe_model(path, device=o.device, use_ema=not o.no_ema) for path in args.checkpoints]
     bench = load_benchmark(o.benchmark, data_dir=o.data_dir, test_file=o.test_file)
     config = ProbeConfig(seeds=o.seeds, finetune_seeds=o.finetune_seeds, layer=o.layer,
-                         rc_average=o.rc_average, pool=o.pool, device=o.device)
+                         rc_average=o.rc_average, pool=o.pool, train_size=o.train_size, device=o.device)
     config.finetune = FinetuneConfig(epochs=o.epochs, lr=o.lr, head_epochs=o.head_epochs,
                                      encoder_lr_scale=o.encoder_lr_scale, head_init=o.head_init)
     config.cnn.epochs = o.cnn_epochs
+    if o.train_size is not None:  # refused before any row runs or any report is written
+        stratified_subsample(bench.train.labels, o.train_size, seed=0)
     probes = tuple(p for p in ("frozen", "finetune") if p not in o.skip)
     baselines = tuple(b for b in ("random", "kmer", "cnn") if b not in o.skip and (b != "random" or models))
     baselines += ("checkpoints",) if "checkpoints" in o.skip else ()
     print(f"{bench.name}: {len(bench.train)} train, {len(bench.test)} test, classes {bench.classes}", file=sys.stderr)
-    settings = {"seeds": o.seeds, "finetune_seeds": o.finetune_seeds or o.seeds, "layer": o.layer,
+    settings = {"seeds": o.seeds, "finetune_seeds": o.finetune_seeds or o.seeds, "train_size": o.train_size,
+                "layer": o.layer,
                 "rc_average": o.rc_average, "pool": o.pool, "finetune": vars(config.finetune),
                 "cnn": vars(config.cnn), "ema_weights": not o.no_ema}
     command = "seqdiff " + shlex.join(args.argv)

@@ -148,6 +148,9 @@ class ProbeOptions:
     """For a user .csv / .tsv: its test rows (default: a seeded 20% hold-out)."""
     seeds: int = 5
     """Protocol seeds (random 90/10 train/validation splits)."""
+    train_size: int | None = None
+    """Small-data check: each seed draws this many training sequences (stratified) before its 90/10 split; the
+    test set is unchanged. Default: the whole training set."""
     finetune_seeds: int | None = None
     """Seeds for the trained rows (default: seeds)."""
     epochs: int = 3
@@ -180,7 +183,7 @@ class ProbeOptions:
     def __post_init__(self) -> None:
         if isinstance(self.layer, str) and self.layer != "best":
             raise ConfigError(f"probe.layer takes an integer or 'best', not {self.layer!r}")
-        for key in ("seeds", "finetune_seeds", "cnn_epochs"):
+        for key in ("seeds", "finetune_seeds", "cnn_epochs", "train_size"):
             value = getattr(self, key)
             if value is not None and value < 1:
                 raise ConfigError(f"probe.{key} must be >= 1, got {value}")

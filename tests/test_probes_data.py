@@ -16,6 +16,7 @@ from seqdiff.probes.data import (
     ProbeError,
     read_table,
     stratified_split,
+    stratified_subsample,
     truncate,
 )
 from seqdiff.probes.splice import TEST_SEED, decode_bits, default_path, load_splice, read_rda, splice_benchmark
@@ -217,6 +218,42 @@ def test_stratified_split_is_disjoint_seeded_and_per_class():
     again = stratified_split(labels, 0.1, seed=3)
     assert np.array_equal(again[1], held)
     assert not np.array_equal(stratified_split(labels, 0.1, seed=4)[1], held)
+
+
+@pytest.mark.parametrize("size", [6, 7, 10, 33, 100])
+def test_stratified_subsample_keeps_class_shares_and_is_seeded(size):
+    labels = np.array([0] * 50 + [1] * 30 + [2] * 20)
+    idx = stratified_subsample(labels, size, seed=3)
+    assert len(idx) == size == len(set(idx.tolist())) and np.all(np.diff(idx) > 0)
+    counts = np.bincount(labels[idx], minlength=3)
+    assert np.all(counts >= 2)  # a 90/10 split then still has every class in train and validation
+    assert np.all(np.abs(counts - size * np.array([0.5, 0.3, 0.2])) <= 2)  # proportional, up to the floor of 2
+    assert np.array_equal(stratified_subsample(labels, size, seed=3), idx)
+    if size < 100:
+        assert not np.array_equal(stratified_subsample(labels, size, seed=4), idx)
+
+
+def test_stratified_subsample_refuses_sizes_it_cannot_draw():
+    labels = np.array([0] * 5 + [1] * 5)
+    with pytest.raises(ProbeError, match="train_size=3: needs at least 2 examples of each of the 2 classes"):
+        stratified_subsample(labels, 3, seed=0)
+    with pytest.raises(ProbeError, match="train_size=11: the training set has only 10 sequences"):
+        stratified_subsample(labels, 11, seed=0)
+
+
+def test_seed_split_of_a_small_draw_keeps_the_full_test_set():
+    from seqdiff.probes.protocol import seed_split
+
+    seqs = [f"{'ACGT'[i % 4]}{i:03b}".replace("0", "A").replace("1", "C") for i in range(100)]
+    labels = np.array([0] * 60 + [1] * 40)
+    bench = Benchmark(name="toy", classes=["a", "b"], train=LabeledSequences(seqs, labels),
+                      test=LabeledSequences(seqs[:10], labels[:10] * 0 + np.array([0, 1] * 5)), max_len=8)
+    split, _ = seed_split(bench, 2, context=8, train_size=20)
+    assert len(split.train) + len(split.val) == 20 and len(split.test) == 10
+    assert np.bincount(split.val.labels).tolist() == [1, 1]
+    again, _ = seed_split(bench, 2, context=8, train_size=20)
+    assert again.train.sequences == split.train.sequences
+    assert seed_split(bench, 3, context=8, train_size=20)[0].train.sequences != split.train.sequences
 
 
 def test_class_without_examples_in_a_split_is_refused():

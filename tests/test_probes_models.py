@@ -295,6 +295,25 @@ def test_probe_command_end_to_end(dna_run, tmp_path, capsys):
     assert (out / "toy.png").stat().st_size > 1000 and len(report["goals"]) == 3
 
 
+def test_probe_command_small_data_check(dna_run, tmp_path, capsys):
+    from seqdiff.cli import main
+
+    seqs, labels = toy_sequences(80, 40, seed=2)
+    table = tmp_path / "toy.csv"
+    table.write_text("sequence,label\n" + "".join(f"{s},{'gc' if y else 'at'}\n" for s, y in zip(seqs, labels)))
+    out = tmp_path / "reports"
+    assert main(["probe", str(dna_run / "mdlm"), "--benchmark", str(table), "--seeds", "2", "--train-size", "20",
+                 "--skip", "finetune", "cnn", "random", "--out", str(out)]) == 0
+    report = json.loads((out / "toy.json").read_text())
+    assert report["settings"]["train_size"] == 20
+    assert "small-data check: each seed draws 20 training sequences" in (out / "toy.md").read_text()
+    # too large a draw is refused before any report is written
+    assert main(["probe", str(dna_run / "mdlm"), "--benchmark", str(table), "--train-size", "5000",
+                 "--out", str(tmp_path / "none")]) == 2
+    assert "train_size=5000: the training set has only" in capsys.readouterr().err
+    assert not (tmp_path / "none").exists()
+
+
 def test_goal_lines_compare_means():
     from seqdiff.probes.report import goal_lines
 

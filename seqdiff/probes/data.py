@@ -145,6 +145,30 @@ def stratified_split(labels: np.ndarray, fraction: float, seed: int) -> tuple[np
     return np.sort(np.concatenate(kept)), np.sort(np.concatenate(held))
 
 
+def stratified_subsample(labels: np.ndarray, size: int, seed: int) -> np.ndarray:
+    """Sorted indices of `size` examples drawn without replacement, each class in proportion to its count
+    (largest remainders; every class keeps at least 2, so a 90/10 split still has it in train and validation).
+
+    Why: the small-data check of a fine-tuning recipe (a labelled set of ~100 sequences) must keep the class
+    balance of the full set, or a seed's accuracy measures which classes it happened to draw."""
+    classes, counts = np.unique(labels, return_counts=True)
+    if size < 2 * len(classes):
+        raise ProbeError(f"train_size={size}: needs at least 2 examples of each of the {len(classes)} classes")
+    if size > len(labels):
+        raise ProbeError(f"train_size={size}: the training set has only {len(labels)} sequences")
+    exact = counts * size / len(labels)
+    take = np.maximum(np.floor(exact).astype(int), np.minimum(2, counts))
+    for i in np.argsort(-(exact - np.floor(exact)), kind="stable"):  # largest remainders first
+        if take.sum() >= size:
+            break
+        take[i] += take[i] < counts[i]
+    while take.sum() > size:  # the floor of 2 per class overshot: trim the largest classes
+        take[np.argmax(take)] -= 1
+    rng = np.random.default_rng(seed)
+    picked = [rng.permutation(np.flatnonzero(labels == c))[:n] for c, n in zip(classes, take, strict=True)]
+    return np.sort(np.concatenate(picked))
+
+
 # ------------------------------------------------------------------------------------- user CSV / TSV
 SEQUENCE_COLUMNS = ("sequence", "seq")
 LABEL_COLUMNS = ("label", "class", "y")

@@ -32,7 +32,8 @@ from torch import nn
 from seqdiff.backbones import build_backbone
 from seqdiff.checkpoint import load_checkpoint
 from seqdiff.probes.cnn import GenomicBenchmarksCNN
-from seqdiff.probes.data import Benchmark, LabeledSequences, ProbeError, stratified_split, truncate
+from seqdiff.probes.data import (Benchmark, LabeledSequences, ProbeError, stratified_split, stratified_subsample,
+                                 truncate)
 from seqdiff.probes.embeddings import BackboneEncoder, embed_sequences, encode_batch
 from seqdiff.probes.finetune import FinetuneConfig, finetune_predict
 from seqdiff.probes.linear import Selected, accuracy, fit_kmer, fit_logistic
@@ -62,6 +63,9 @@ class ProbeConfig:
     finetune: FinetuneConfig = field(default_factory=FinetuneConfig)
     cnn: FinetuneConfig = field(default_factory=lambda: FinetuneConfig(epochs=10, lr=1e-3, dropout=0.0))
     """Training of the CNN baseline (the Genomic Benchmarks experiments used Adam at 1e-3)."""
+    train_size: int | None = None
+    """Small-data check: each seed first draws this many training sequences (stratified, its own draw), then
+    splits them 90/10; the test set is unchanged. None: the whole training set."""
     device: str = "cpu"
 
 
@@ -93,12 +97,18 @@ class Split:
         return {"train": self.train.labels, "val": self.val.labels, "test": self.test.labels}
 
 
-def seed_split(bench: Benchmark, seed: int, context: int) -> tuple[Split, int]:
-    """(the seed's 90/10 split with every sequence cut to `context` by the benchmark's rule, number cut)."""
-    train_idx, val_idx = stratified_split(bench.train.labels, VAL_FRACTION, seed)
+def seed_split(bench: Benchmark, seed: int, context: int, train_size: int | None = None) -> tuple[Split, int]:
+    """(the seed's 90/10 split with every sequence cut to `context` by the benchmark's rule, number cut).
+
+    With `train_size`, the split is made from a stratified draw of that many training sequences (seeded by
+    `seed`, so every row of a seed sees the same small set)."""
+    pool = bench.train
+    if train_size is not None:
+        pool = pool.subset(stratified_subsample(pool.labels, train_size, seed))
+    train_idx, val_idx = stratified_split(pool.labels, VAL_FRACTION, seed)
     n_cut = 0
     parts = []
-    for data in (bench.train.subset(train_idx), bench.train.subset(val_idx), bench.test):
+    for data in (pool.subset(train_idx), pool.subset(val_idx), bench.test):
         seqs, cut = truncate(data.sequences, context, bench.truncation)
         parts.append(LabeledSequences(seqs, data.labels))
         n_cut += cut
@@ -247,7 +257,7 @@ def run_row(kind: str, model: ProbeModel | None, bench: Benchmark, config: Probe
     name = subject.name if subject is not None else row_kind.label
     results, headline, n_cut, start = [], [], 0, time.perf_counter()
     for seed in range(n_seeds):
-        split, n_cut = seed_split(bench, seed, context)
+        split, n_cut = seed_split(bench, seed, context, config.train_size)
         this = random_init_like(random_init_of, RANDOM_INIT_SEED + seed) if random_init_of is not None else model
         r = row_kind.run(this, split, seed, config)
         results.append(r)

@@ -156,7 +156,9 @@ def write_report(out_dir: str | Path, bench, rows: list[dict[str, Any]], command
         f"- test split: {bench.test_split}",
         f"- sequences longer than a model's context: cut to it by rule `{bench.truncation}` "
         f"(counted per row in the JSON, `truncated_sequences`)",
-        f"- protocol: {payload['protocol']}", "",
+        f"- protocol: {payload['protocol']}",
+        *([f"- small-data check: each seed draws {settings['train_size']} training sequences (stratified) before "
+           "its 90/10 split; the test set is the full one"] if settings.get("train_size") else []), "",
         *table_lines(rows), "",
         f"![{'test accuracy' if bench.metric == DEFAULT_METRIC else metric_label(rows)} per row]({png_path.name})",
         "",
