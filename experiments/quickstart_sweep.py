@@ -39,8 +39,22 @@ CANDIDATES: dict[str, list[str]] = {
     "batch64-500": ["data.batch_size=64", "train.max_steps=500", "train.lr=3e-3"],
     "w192-l3-500": ["model.hidden_size=192", "model.n_layers=3", "model.n_heads=3", "train.max_steps=500"],
     "w256-l2-500": ["model.hidden_size=256", "model.n_layers=2", "model.n_heads=4", "train.max_steps=500"],
+    "mask_count": ["method.time_sampling=mask_count"],
 }
-"""Recipes tried, as overrides of seqdiff.quickstart.QUICKSTART (the preset's width is overridden too)."""
+"""Recipes tried, as overrides of seqdiff.quickstart.QUICKSTART (the preset's width is overridden too).
+`method.*` overrides are MDLM's: AR trains without them, and reuses the run of an earlier candidate whose
+AR overrides are the same (mask_count's AR run is the baseline's)."""
+
+
+def method_overrides(overrides: list[str], method: str) -> list[str]:
+    """The overrides that apply to `method`: AR takes no method.* key (they tune the diffusion objective)."""
+    return overrides if method == "mdlm" else [o for o in overrides if not o.startswith("method.")]
+
+
+def run_name(name: str, overrides: list[str], method: str, candidates: dict[str, list[str]]) -> str:
+    """The folder of this candidate's run of `method`: the first candidate with the same effective overrides."""
+    mine = method_overrides(overrides, method)
+    return next((other for other, o in candidates.items() if method_overrides(o, method) == mine), name)
 
 
 def candidate_config(name: str, overrides: list[str], method: str):
@@ -54,11 +68,13 @@ def candidate_config(name: str, overrides: list[str], method: str):
     return config
 
 
-def run_candidate(name: str, overrides: list[str], run_root: Path) -> dict:
+def run_candidate(name: str, overrides: list[str], run_root: Path,
+                  candidates: dict[str, list[str]] | None = None) -> dict:
     out = {"overrides": overrides, "methods": {}}
     for method in METHODS:
-        config = candidate_config(name, overrides, method)
-        run_dir = run_root / name / method
+        folder = run_name(name, overrides, method, candidates or {name: overrides})
+        config = candidate_config(folder, method_overrides(overrides, method), method)
+        run_dir = run_root / folder / method
         last = run_dir / LAST_CHECKPOINT
         done = last.is_file() and read_checkpoint(last).get("global_step", 0) >= config.train.max_steps
         if not done:
@@ -74,6 +90,7 @@ def run_candidate(name: str, overrides: list[str], run_root: Path) -> dict:
             "train_seconds": seconds, "steps": model.step,
             "parameters": sum(p.numel() for p in model.backbone.parameters()),
             "tokens_seen": model.step * config.data.batch_size * config.data.seq_len,
+            "run": f"{folder}/{method}",
         }
     m, a = out["methods"]["mdlm"], out["methods"]["ar"]
     out["relative_gap_bits"] = m["valid_bits_per_character"] / a["valid_bits_per_character"] - 1
@@ -126,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for name in chosen:
             print(f"[sweep] {name}: {' '.join(candidates[name]) or '(quickstart recipe)'}", file=sys.stderr)
-            results["candidates"][name] = run_candidate(name, candidates[name], Path(args.run_root))
+            results["candidates"][name] = run_candidate(name, candidates[name], Path(args.run_root), candidates)
             out.mkdir(parents=True, exist_ok=True)
             write_atomically(path, json.dumps(results, indent=2) + "\n")
             write_atomically(out / "table.md", table(results))

@@ -40,8 +40,13 @@ def test_sweep_candidates_are_valid_recipes_and_bad_names_are_refused(capsys):
 
     for name, overrides in sweep.CANDIDATES.items():
         for method in ("mdlm", "ar"):
-            config = sweep.candidate_config(name, overrides, method)
+            config = sweep.candidate_config(name, sweep.method_overrides(overrides, method), method)
             assert config.method.name == method and config.train.val_every <= config.train.max_steps
+    # a method.* candidate changes MDLM only; its AR run is the first identical AR recipe's (the baseline's)
+    assert sweep.candidate_config("m", ["method.time_sampling=mask_count"], "mdlm").method.time_sampling == "mask_count"
+    assert sweep.run_name("mask_count", sweep.CANDIDATES["mask_count"], "ar", sweep.CANDIDATES) == "baseline"
+    assert sweep.run_name("mask_count", sweep.CANDIDATES["mask_count"], "mdlm", sweep.CANDIDATES) == "mask_count"
+    assert sweep.run_name("lr4e-3", sweep.CANDIDATES["lr4e-3"], "ar", sweep.CANDIDATES) == "lr4e-3"
     wide = sweep.candidate_config("w", ["model.hidden_size=192", "model.n_layers=3", "model.n_heads=3"], "ar")
     assert (wide.model.hidden_size, wide.model.n_layers) == (192, 3)  # the preset does not win over the sweep
     with pytest.raises(SystemExit):
