@@ -166,7 +166,8 @@ class ProbeOptions:
     cnn_epochs: int = 10
     """CNN baseline epochs (best on validation is kept)."""
     layer: int | str | None = None
-    """Layer of the frozen probe: 0 (embeddings) .. n_layers, or 'best' (chosen on validation); default: the output."""
+    """Layer of the frozen probe: 0 (embeddings) .. n_layers, 'best' (chosen on validation) or 'concat' (every layer
+    side by side); default: the output. Fine-tuning reads the output unless an integer is given."""
     rc_average: bool = False
     """Average embeddings with the reverse complement's."""
     pool: Literal["mean", "flatten"] = "mean"
@@ -181,8 +182,8 @@ class ProbeOptions:
     """Use the raw weights instead of the EMA weights."""
 
     def __post_init__(self) -> None:
-        if isinstance(self.layer, str) and self.layer != "best":
-            raise ConfigError(f"probe.layer takes an integer or 'best', not {self.layer!r}")
+        if isinstance(self.layer, str) and self.layer not in ("best", "concat"):
+            raise ConfigError(f"probe.layer takes an integer, 'best' or 'concat', not {self.layer!r}")
         for key in ("seeds", "finetune_seeds", "cnn_epochs", "train_size"):
             value = getattr(self, key)
             if value is not None and value < 1:

@@ -142,7 +142,7 @@ def test_frontier_and_bench_take_overrides_onto_their_flags():
     (["eval", "RUN", "eval.split=dev"], r"eval\.split='dev' is not allowed; choose one of \['train', 'valid'"),
     (["eval", "RUN", "eval.sources=[a.txt]"], r"eval\.sources\[0\]='a.txt' must start with data:"),
     (["eval", "RUN", "sample.steps=3"], r"takes eval\.KEY=VALUE"),
-    (["probe", "--benchmark", "x", "--layer", "top"], r"--layer takes an integer or 'best', not 'top'"),
+    (["probe", "--benchmark", "x", "--layer", "top"], r"--layer takes an integer, 'best' or 'concat', not 'top'"),
     (["probe", "probe.skip=[frozen, everything]"], r"probe\.skip\[1\]='everything' is not allowed"),
     (["edlm", "eval", "RUN", "edlm.form=joint"], r"edlm\.form='joint' is not allowed"),
     (["edlm", "train-nce", "RUN", "nce.steps=0"], r"nce\.steps must be >= 1, got 0"),

@@ -413,3 +413,25 @@ def test_skip_checkpoints_keeps_only_the_random_init_rows(dna_run, tmp_path):
                  "kmer", "cnn", "checkpoints", "--pool", "flatten", "--out", str(tmp_path)]) == 0
     rows = json.loads((tmp_path / "toy2.json").read_text())["rows"]
     assert [(r["probe"], r["pretrained"], r["pool"]) for r in rows] == [("frozen", False, "flatten")]
+
+
+def test_concat_layer_probe_reads_every_layer_side_by_side():
+    """layer=concat: one logistic regression on [embeddings, block outputs, final] of each sequence, the same
+    numbers as fitting on the per-layer features concatenated by hand."""
+    from seqdiff.probes.data import LabeledSequences
+    from seqdiff.probes.protocol import ProbeConfig, ProbeModel, Split, _frozen, _frozen_features
+
+    model = ProbeModel("toy", backbone(False, n_layers=2), TOK, "mdlm", 0, "-")
+    seqs, labels = toy_sequences(60, 12, seed=4)
+    split = Split(*(LabeledSequences(seqs[a:b], labels[a:b]) for a, b in ((0, 30), (30, 40), (40, 60))))
+    config = ProbeConfig(layer="concat", pool="flatten")
+    feats = _frozen_features(model, split, config)
+    assert feats["train"].shape == (30, 3, 12 * 32)  # embeddings, block 1, final; 12 positions x 32 wide
+    by_layer = [_frozen_features(model, split, ProbeConfig(layer=layer, pool="flatten")) for layer in (0, 1, None)]
+    for name in ("train", "val", "test"):
+        np.testing.assert_allclose(feats[name].reshape(len(feats[name]), -1),
+                                   np.concatenate([f[name][:, 0] for f in by_layer], axis=1), atol=1e-5)
+    picked = _frozen(model, split, 0, config)
+    by_hand = fit_logistic({k: v.reshape(len(v), -1) for k, v in feats.items()}, split.labels(), 0)
+    assert picked.choice["layer"] == "concat" and picked.test_accuracy == by_hand.test_accuracy
+    assert picked.val_accuracy == by_hand.val_accuracy

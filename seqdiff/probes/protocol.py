@@ -42,6 +42,9 @@ from seqdiff.tokenizers.nucleotide import NucleotideTokenizer
 
 VAL_FRACTION = 0.1
 BEST_LAYER = "best"
+CONCAT_LAYER = "concat"
+ALL_LAYER_MODES = (BEST_LAYER, CONCAT_LAYER)
+"""Layer modes that read every layer in one pass: choose one on validation, or concatenate them all."""
 RANDOM_INIT_SEED = 1000
 """Seed s of the protocol initializes the random-init backbone with RANDOM_INIT_SEED + s."""
 
@@ -54,7 +57,8 @@ class ProbeConfig:
     """Seeds for the trained rows (finetune, cnn); None = `seeds`. Fewer saves CPU time; the report says so."""
     layer: int | str | None = None
     """Layer the frozen probe reads (0 = embeddings, n_layers = last block; None = final output; "best" = chosen
-    on validation among all). Fine-tuning pools the final output unless an integer layer is given."""
+    on validation among all; "concat" = every layer side by side, so that the embeddings' base identity and the
+    deeper layers' context reach one probe). Fine-tuning pools the final output unless an integer is given."""
     rc_average: bool = False
     """Average each embedding with its reverse complement's."""
     pool: str = "mean"
@@ -121,7 +125,8 @@ def _frozen(model: ProbeModel, split: Split, seed: int, config: ProbeConfig):
     feats = _frozen_features(model, split, config)  # split -> (N, n_candidate_layers, H)
     layers = candidate_layers(model.backbone, config.layer)
     for i, layer in enumerate(layers):
-        result = fit_logistic({k: v[:, i] for k, v in feats.items()}, split.labels(), seed)
+        chosen = {k: v.reshape(len(v), -1) if layer == CONCAT_LAYER else v[:, i] for k, v in feats.items()}
+        result = fit_logistic(chosen, split.labels(), seed)
         if best is None or result.val_accuracy > best.val_accuracy:
             best = Selected(result.val_accuracy, result.test_accuracy,
                             {"layer": "final" if layer is None else layer, **result.choice}, result.test_pred)
@@ -133,11 +138,11 @@ def candidate_layers(backbone: nn.Module, layer: int | str | None) -> list[int |
     of blocks 1 .. n_layers - 1 and the final output (None); validation accuracy picks among them."""
     if layer == BEST_LAYER:
         return [*range(backbone.config.n_layers), None]
-    return [layer]
+    return [layer]  # an integer, None (the final output) or CONCAT_LAYER (every layer side by side)
 
 
 def _frozen_features(model: ProbeModel, split: Split, config: ProbeConfig) -> dict[str, np.ndarray]:
-    best = config.layer == BEST_LAYER
+    best = config.layer in ALL_LAYER_MODES  # every layer in one pass: (N, n_layers + 1, H)
     length = max(len(s) for seqs in split.sequences().values() for s in seqs)  # the same for every seed
     encoder = BackboneEncoder(model.backbone, model.tokenizer.complement_ids, None if best else config.layer,
                               config.rc_average, all_layers=best, pool=config.pool, length=length)
@@ -166,7 +171,7 @@ def _tensors(tokenizer, split: Split, length: int | None = None) -> dict[str, tu
 def _finetune(model: ProbeModel, split: Split, seed: int, config: ProbeConfig):
     length = max(len(s) for seqs in split.sequences().values() for s in seqs)  # flatten: one padded length
     encoder = BackboneEncoder(copy.deepcopy(model.backbone).train(), model.tokenizer.complement_ids,
-                              None if config.layer == BEST_LAYER else config.layer, config.rc_average,
+                              None if config.layer in ALL_LAYER_MODES else config.layer, config.rc_average,
                               pool=config.pool, length=length)
     n_classes = int(split.train.labels.max()) + 1
     tensors = _tensors(model.tokenizer, split, length if config.pool == "flatten" else None)
