@@ -279,13 +279,20 @@ def run(opts: Options, command: str) -> dict[str, Any] | None:
     return results
 
 
+def corpus_name(data: dict[str, Any]) -> str:
+    """What the runs were trained on: the FASTA file for data.kind=fasta (its `corpus` key is unused there)."""
+    if data.get("kind") == "fasta":
+        return Path(data["fasta"]["path"]).name
+    return data["corpus"]
+
+
 def _merge_summary(path: Path, name: str, results: dict[str, Any]) -> None:
     summary = json.loads(path.read_text()) if path.is_file() else {}
     keys = ("step", "tokens_seen", "parameters", "bound", "nll_nats_per_token", "perplexity", "bits_per_token",
             "bits_per_character_of_text", "relative_gap_vs_ar", "samples_per_second", "speed_vs_ar", "sampler",
             "sample_steps", "train_seconds")
     summary[name] = {"command": results["command"], "tokenizer": results["recipe"]["data"]["tokenizer"],
-                     "corpus": results["recipe"]["data"]["corpus"],
+                     "corpus": corpus_name(results["recipe"]["data"]),
                      "methods": {m: {k: r.get(k) for k in keys} for m, r in results["methods"].items()}}
     write_atomically(path, json.dumps(summary, indent=2) + "\n")
 
@@ -317,7 +324,7 @@ def markdown(results: dict[str, Any]) -> str:
     any_r = next(iter(results["methods"].values()))
     s = results["sampling"]
     lines = [
-        f"# {results['name']}: {', '.join(results['methods'])} on {d['corpus']} ({d['tokenizer']} tokenizer)",
+        f"# {results['name']}: {', '.join(results['methods'])} on {corpus_name(d)} ({d['tokenizer']} tokenizer)",
         "",
         f"Made by `{results['command']}` ({results['torch_threads']} torch thread(s) on {results['cpu_count']} "
         f"shared cores; load average {results['load_average_at_start']:.1f} at the start, "

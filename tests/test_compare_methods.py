@@ -90,5 +90,8 @@ def test_compare_scores_fasta_recipes_on_test_tiles(tmp_path, capsys):
         assert r["test_windows"] == {"used": 5, "total": 79}
         assert 0 < r["num_tokens"] <= 5 * 64
         assert r["bits_per_base"] == pytest.approx(r["nll_nats_per_token"] / math.log(2), rel=1e-9)
-    assert "| bits/base |" in (out / "dna.md").read_text()
+    md = (out / "dna.md").read_text()
+    assert "| bits/base |" in md
+    assert md.startswith("# dna: ar, mdlm on grch37_chr20_slices.fa.gz (nucleotide tokenizer)")  # not data.corpus
+    assert json.loads((out / "summary.json").read_text())["dna"]["corpus"] == "grch37_chr20_slices.fa.gz"
     capsys.readouterr()
