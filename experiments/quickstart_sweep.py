@@ -41,6 +41,7 @@ CANDIDATES: dict[str, list[str]] = {
     "w256-l2-500": ["model.hidden_size=256", "model.n_layers=2", "model.n_heads=4", "train.max_steps=500"],
     "mask_count": ["method.time_sampling=mask_count"],
     "lr1e-3": ["train.lr=1e-3"],
+    "batch16-2000": ["data.batch_size=16", "train.max_steps=2000"],
 }
 """Recipes tried, as overrides of seqdiff.quickstart.QUICKSTART (the preset's width is overridden too).
 `method.*` overrides are MDLM's: AR trains without them, and reuses the run of an earlier candidate whose
