@@ -167,7 +167,7 @@ class ProbeOptions:
     """CNN baseline epochs (best on validation is kept)."""
     layer: int | str | None = None
     """Layer of the frozen probe: 0 (embeddings) .. n_layers, 'best' (chosen on validation) or 'concat' (every layer
-    side by side); default: the output. Fine-tuning reads the output unless an integer is given."""
+    side by side, for fine-tuning too); default: the output. Fine-tuning reads the output for 'best'."""
     rc_average: bool = False
     """Average embeddings with the reverse complement's."""
     pool: Literal["mean", "flatten"] = "mean"

@@ -15,7 +15,7 @@ from seqdiff.config import ModelConfig, from_dict
 from seqdiff.probes.cnn import GenomicBenchmarksCNN, flatten_size
 from seqdiff.probes.data import ProbeError
 from seqdiff.probes.embeddings import BackboneEncoder, embed_sequences, encode_batch, masked_mean
-from seqdiff.probes.finetune import FinetuneConfig, finetune
+from seqdiff.probes.finetune import FinetuneConfig, finetune, finetune_predict
 from seqdiff.probes.linear import C_GRID, accuracy, all_kmers, fit_logistic, kmer_counts
 from seqdiff.tokenizers import NucleotideTokenizer
 
@@ -435,3 +435,22 @@ def test_concat_layer_probe_reads_every_layer_side_by_side():
     by_hand = fit_logistic({k: v.reshape(len(v), -1) for k, v in feats.items()}, split.labels(), 0)
     assert picked.choice["layer"] == "concat" and picked.test_accuracy == by_hand.test_accuracy
     assert picked.val_accuracy == by_hand.val_accuracy
+
+
+def test_concat_encoder_is_the_layers_side_by_side_and_fine_tunes():
+    """The fine-tuning encoder of layer=concat returns, per sequence, the frozen probe's concatenated features
+    (embeddings, block outputs, final), and trains end to end with the probe head folded in (LP-FT)."""
+    model = backbone(False, n_layers=2)
+    seqs = ["ACGTACGTAA", "GGCCAATTGC"]
+    enc = BackboneEncoder(model, TOK.complement_ids, pool="flatten", length=10, concat_layers=True, rc_average=True)
+    layers = BackboneEncoder(model, TOK.complement_ids, pool="flatten", length=10, all_layers=True, rc_average=True)
+    out, stacked = embed_sequences(enc, TOK, seqs), embed_sequences(layers, TOK, seqs)
+    assert out.shape == (2, 3 * 10 * 32) and enc.out_features == 3 * 10 * 32
+    np.testing.assert_allclose(out, stacked.reshape(2, -1), atol=1e-6)
+    data = _toy_finetune_data()
+    enc = BackboneEncoder(backbone(False, n_layers=2), TOK.complement_ids, pool="flatten", length=16,
+                          concat_layers=True).train()
+    val, test_pred, epoch = finetune_predict(enc, 2, data, FinetuneConfig(epochs=1, lr=1e-3, batch_size=16,
+                                                                        head_init="probe"), seed=0)
+    assert epoch in (-1, 0) and val >= 0.9  # composition is separable: the folded probe head already is
+    assert test_pred.shape == (16,) and (test_pred == data["test"][2].numpy()).mean() >= 0.8

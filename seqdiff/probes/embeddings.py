@@ -54,7 +54,7 @@ class BackboneEncoder(nn.Module):
 
     def __init__(self, backbone: nn.Module, complement_ids: Tensor, layer: int | None = None,
                  rc_average: bool = False, all_layers: bool = False, pool: str = "mean",
-                 length: int | None = None) -> None:
+                 length: int | None = None, concat_layers: bool = False) -> None:
         super().__init__()
         if pool not in POOLINGS:
             raise ProbeError(f"pooling {pool!r} is unknown; choose one of {sorted(POOLINGS)}")
@@ -62,13 +62,17 @@ class BackboneEncoder(nn.Module):
             raise ProbeError("flatten pooling needs the padded length of every batch")
         self.backbone = backbone
         self.layer = layer
-        self.all_layers = all_layers
+        self.all_layers = all_layers or concat_layers
+        self.concat_layers = concat_layers
+        """Every layer side by side in one vector (B, (n_layers + 1) * F): the fine-tuning head of layer=concat."""
         self.rc_average = rc_average
         self.pool = POOLINGS[pool]
         self.length = length if pool == "flatten" else None
         """Pad every batch to this length (flatten pooling)."""
         self.register_buffer("complement_ids", complement_ids.clone(), persistent=False)
         self.out_features = backbone.config.hidden_size * (length if pool == "flatten" else 1)
+        if concat_layers:
+            self.out_features *= backbone.config.n_layers + 1
         self.time_conditioned = bool(backbone.config.time_conditioning)
 
     def _pooled(self, ids: Tensor, mask: Tensor) -> Tensor:
@@ -99,10 +103,10 @@ class BackboneEncoder(nn.Module):
         """(B, H); with `all_layers`, (B, n_layers + 1, H) (see `_pooled_layers`)."""
         pool = self._pooled_layers if self.all_layers else self._pooled
         pooled = pool(ids, mask)
-        if not self.rc_average:
-            return pooled
-        rc_ids = self.complement_ids[ids].flip(-1)  # PAD maps to PAD, so padding moves to the left
-        return 0.5 * (pooled + pool(rc_ids, mask.flip(-1)))
+        if self.rc_average:
+            rc_ids = self.complement_ids[ids].flip(-1)  # PAD maps to PAD, so padding moves to the left
+            pooled = 0.5 * (pooled + pool(rc_ids, mask.flip(-1)))
+        return pooled.flatten(1) if self.concat_layers else pooled
 
 
 @torch.no_grad()

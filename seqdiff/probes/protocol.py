@@ -58,7 +58,8 @@ class ProbeConfig:
     layer: int | str | None = None
     """Layer the frozen probe reads (0 = embeddings, n_layers = last block; None = final output; "best" = chosen
     on validation among all; "concat" = every layer side by side, so that the embeddings' base identity and the
-    deeper layers' context reach one probe). Fine-tuning pools the final output unless an integer is given."""
+    deeper layers' context reach one probe; fine-tuning then trains a head on that concatenation). Fine-tuning
+    pools the final output for None and "best"."""
     rc_average: bool = False
     """Average each embedding with its reverse complement's."""
     pool: str = "mean"
@@ -172,7 +173,7 @@ def _finetune(model: ProbeModel, split: Split, seed: int, config: ProbeConfig):
     length = max(len(s) for seqs in split.sequences().values() for s in seqs)  # flatten: one padded length
     encoder = BackboneEncoder(copy.deepcopy(model.backbone).train(), model.tokenizer.complement_ids,
                               None if config.layer in ALL_LAYER_MODES else config.layer, config.rc_average,
-                              pool=config.pool, length=length)
+                              pool=config.pool, length=length, concat_layers=config.layer == CONCAT_LAYER)
     n_classes = int(split.train.labels.max()) + 1
     tensors = _tensors(model.tokenizer, split, length if config.pool == "flatten" else None)
     val, pred, epoch = finetune_predict(encoder, n_classes, tensors, config.finetune, seed,
