@@ -1,17 +1,20 @@
 """DNA experiment: MDLM against AR on GRCh37 chromosome 20 with held-out blocks -> reports/dna/.
 
-    python -m experiments.dna_experiment --runs /work/runs/dnaexp --out reports/dna [--train]
+    python -m experiments.dna_experiment --runs /work/runs/dnaexp --out reports/dna [--train] [--recipe long]
 
-Both models share the backbone (`cpu-small` DiT), the data (the CPU recipes configs/dna_chr20_cpu_{mdlm,ar}.yaml:
-blocks of 100 kb held out at random, one window of gap between splits) and the token budget;
-`TRAIN_OVERRIDES` shrinks the recipes to what a 2-core machine shared with other jobs trains in about an hour.
-`--train` trains the runs that lack a DONE marker (resuming partial ones); without it the runs must exist.
-The job then
+Both models share the backbone, the data (the CPU recipes configs/dna_chr20_cpu_{mdlm,ar}.yaml: blocks of 100 kb
+held out at random, one window of gap between splits) and the token budget. `RECIPES` holds the overrides:
+`short` (the default) shrinks the recipes to what a 2-core machine shared with other jobs trains in about an
+hour (`cpu-small`, 1.2 M bases); `long` trains a 1.3 M-parameter DiT on 24.6 M bases (about 90 minutes per
+model on one core), the pretraining of issue 22. `--train` trains the runs that lack a DONE marker (resuming
+partial ones); without it the runs must exist. The job then
 
 1. scores the test split (deterministic tiles of the held-out test blocks; evenly spaced tiles when
    `--max-test-windows` caps them) in bits per base: MDLM's NELBO upper bound and AR's exact NLL, the relative
    gap, and order-k Markov chains fitted on the training blocks as a yardstick;
-2. plots the validation curves logged during training;
+2. plots the validation curves logged during training, scores the Markov chains on the same validation tiles
+   (the first val_batches x eval_batch_size tiles, the ones training scored) and fits each curve with a power
+   law c + a * step^-b to read off the step where it would cross the best chain (`extrapolation.png`);
 3. generates DNA with both models, writes it as FASTA, and compares GC content and k-mer spectra (k = 1..6,
    total variation) with held-out real sequence, next to two baselines of the same size: real windows of the
    validation blocks (what sampling noise alone gives) and the same windows shuffled base by base (composition
@@ -19,7 +22,7 @@ The job then
 4. measures the training loader's windows/s with 0 and 2 DataLoader workers, alternating in rounds inside
    one process so that both see the same machine load.
 
-Writes summary.json (numbers), table.md (its numbers as tables), val_curves.png, realism.png and
+Writes summary.json (numbers), table.md (its numbers as tables), val_curves.png, extrapolation.png, realism.png and
 samples_{mdlm,ar}.fa; the report's README.md is written by hand.
 """
 
@@ -52,31 +55,43 @@ from seqdiff.training.run import LAST_CHECKPOINT, train
 
 METHODS = ("mdlm", "ar")
 RECIPE = "configs/dna_chr20_cpu_{method}.yaml"
-TRAIN_OVERRIDES = [
-    "data.seq_len=128", "model.max_seq_len=128", "data.batch_size=16", "data.eval_batch_size=32",
-    "train.max_steps=600", "train.warmup_steps=60", "train.val_every=100", "train.val_batches=8",
-    "train.checkpoint_every=100", "train.log_every=20", "train.progress_bar=false",
-]
-"""The recipes shrunk to a 2-core CPU shared with five other jobs: 128-nt context, 600 steps x 16 windows
-(1.2 M bases per model)."""
+RECIPES: dict[str, list[str]] = {
+    "short": [
+        "data.seq_len=128", "model.max_seq_len=128", "data.batch_size=16", "data.eval_batch_size=32",
+        "train.max_steps=600", "train.warmup_steps=60", "train.val_every=100", "train.val_batches=8",
+        "train.checkpoint_every=100", "train.log_every=20", "train.progress_bar=false",
+    ],
+    "long": [
+        "model.preset=null", "model.hidden_size=192", "model.n_layers=3", "model.n_heads=3",
+        "data.seq_len=128", "model.max_seq_len=128", "data.batch_size=32", "data.eval_batch_size=64",
+        "train.lr=2e-3", "train.max_steps=6000", "train.warmup_steps=200", "train.val_every=500",
+        "train.val_batches=16", "train.checkpoint_every=500", "train.log_every=50", "train.progress_bar=false",
+    ],
+}
+"""Overrides of the CPU recipes. short: a 2-core CPU shared with five other jobs, 128-nt context, 600 steps x 16
+windows (1.2 M bases per model, `cpu-small`). long: 6,000 steps x 32 windows of 128 nt (24.6 M bases, 46% of
+the training blocks) for a DiT of width 192 and depth 3, the size a measured 0.8 s per step on one core lets
+train in about 90 minutes (`cpu-tiny` would see 5x the bases at 0.4 M parameters, `cpu-small` a fifth of them);
+the learning rate of the cpu-tiny chr20 runs of reports/bd3lm at the same batch."""
+TRAIN_OVERRIDES = RECIPES["short"]
 DONE = Path("checkpoints") / "DONE"
 MARKOV_ORDERS = (0, 2, 5, 8)
 PAPER = {"mdlm_perplexity": 3.199, "ar_perplexity": 3.067}  # MDLM paper, human genome (HG38), per base
 
 
-def train_command(method: str, run_dir: Path) -> str:
+def train_command(method: str, run_dir: Path, recipe: str = "short") -> str:
     return (f"seqdiff train --config {RECIPE.format(method=method)} --run-dir {run_dir} "
-            + " ".join(TRAIN_OVERRIDES))
+            + " ".join(RECIPES[recipe]))
 
 
-def train_runs(runs: Path) -> None:
+def train_runs(runs: Path, recipe: str = "short") -> None:
     """Train each method's run unless its DONE marker exists; a partial run is resumed."""
     for method in METHODS:
         run_dir = runs / method
         if (run_dir / DONE).is_file():
             print(f"[dna] {run_dir} is done; reusing it", file=sys.stderr)
             continue
-        config = load_run_config(RECIPE.format(method=method), TRAIN_OVERRIDES)
+        config = load_run_config(RECIPE.format(method=method), RECIPES[recipe])
         train(config, run_dir, resume=(run_dir / LAST_CHECKPOINT).is_file())
         (run_dir / DONE).write_text(time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()) + "\n")
 
@@ -108,8 +123,63 @@ def train_segments(dm: FastaDataModule) -> list[np.ndarray]:
     return out
 
 
-def markov_yardstick(train: list[np.ndarray], test: list[np.ndarray], orders=MARKOV_ORDERS) -> dict[str, float]:
-    return {f"order_{k}": MarkovChain(k).fit(train).bits_per_base(test) for k in orders}
+def markov_yardstick(train: list[np.ndarray], test: list[np.ndarray], orders=MARKOV_ORDERS,
+                     also: list[np.ndarray] | None = None) -> dict[str, float] | tuple[dict[str, float], ...]:
+    """Bits per base of order-k chains counted on `train`, on `test` (and on `also`, from the same fits: the
+    order-8 count over 53.7 M bases is the slow part)."""
+    chains = {k: MarkovChain(k).fit(train) for k in orders}
+    on_test = {f"order_{k}": c.bits_per_base(test) for k, c in chains.items()}
+    if also is None:
+        return on_test
+    return on_test, {f"order_{k}": c.bits_per_base(also) for k, c in chains.items()}
+
+
+# ---------------------------------------------------------------------------------------------- extrapolation
+def fit_power_law(steps, bits, exponents=None) -> dict[str, float]:
+    """Least-squares fit of bits = c + a * step^-b: for each exponent b of a grid, c and a are a linear least
+    squares; the b with the smallest squared error wins. c is the curve's asymptote, b its rate."""
+    x, y = np.asarray(steps, dtype=float), np.asarray(bits, dtype=float)
+    if len(x) < 3 or (x <= 0).any():
+        raise ValueError(f"a power-law fit needs at least 3 points at positive steps, got {len(x)}")
+    grid = np.linspace(0.02, 3.0, 1491) if exponents is None else np.asarray(exponents, dtype=float)
+    best = None
+    for b in grid:
+        design = np.stack([np.ones_like(x), x ** -b], axis=1)
+        coef = np.linalg.lstsq(design, y, rcond=None)[0]
+        sse = float(((design @ coef - y) ** 2).sum())
+        if best is None or sse < best[0]:
+            best = (sse, float(b), coef)
+    sse, b, (c, a) = best
+    return {"c": float(c), "a": float(a), "b": b, "rmse": math.sqrt(sse / len(x)), "points": len(x)}
+
+
+def power_law(fit: dict[str, float], steps) -> np.ndarray:
+    return fit["c"] + fit["a"] * np.asarray(steps, dtype=float) ** -fit["b"]
+
+
+def step_to_reach(fit: dict[str, float], target: float) -> float | None:
+    """The step where the fitted curve comes down to `target`; None when it never does (asymptote c at or
+    above the target, or a curve that does not decrease)."""
+    if fit["a"] <= 0 or fit["c"] >= target:
+        return None
+    return float((fit["a"] / (target - fit["c"])) ** (1 / fit["b"]))
+
+
+def extrapolate(curve: dict[str, list[float]], target: float, warmup_steps: int, bases_per_step: int) -> dict:
+    """The validation curve's power-law fit (points after the warm-up) and where it meets `target`.
+
+    One run's curve under one cosine schedule: its late points fall faster than a longer schedule's would at
+    the same step (the learning rate anneals), so the crossing read off it is a rough estimate, not a bound."""
+    steps = [s for s in curve.get("val_step", []) if s >= warmup_steps]
+    bits = curve["val_bits_per_base"][len(curve["val_step"]) - len(steps):] if steps else []
+    out: dict = {"target": target, "last_step": curve["val_step"][-1] if curve.get("val_step") else None,
+                 "last_bits": curve["val_bits_per_base"][-1] if curve.get("val_step") else None}
+    if len(steps) < 3:
+        return {**out, "fit": None, "crossing_step": None, "crossed": None}
+    fit = fit_power_law(steps, bits)
+    crossing = step_to_reach(fit, target)
+    return {**out, "fit": fit, "crossed": bool(out["last_bits"] < target), "crossing_step": crossing,
+            "crossing_bases": None if crossing is None else crossing * bases_per_step}
 
 
 # ---------------------------------------------------------------------------------------------- likelihood
@@ -221,6 +291,8 @@ def _plots(results: dict, out: Path) -> None:
     fig.tight_layout()
     save_figure(fig, out / "val_curves.png")
 
+    _extrapolation_plot(results, out)
+
     fig, ax = plt.subplots(figsize=(6, 4))
     ks = list(range(1, 7))
     for name, m in results["realism"]["sources"].items():
@@ -231,6 +303,64 @@ def _plots(results: dict, out: Path) -> None:
     ax.legend(fontsize=8)
     fig.tight_layout()
     save_figure(fig, out / "realism.png")
+
+
+def _extrapolation_plot(results: dict, out: Path) -> None:
+    """Validation bits per base against step (log axis), each fitted power law carried on to its crossing
+    of the best Markov chain on the same validation tiles (or to 100x the last step)."""
+    if "markov_valid" not in results:
+        return
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    last = 1
+    for method, r in results["models"].items():
+        c, ex = r["curves"], r.get("extrapolation") or {}
+        if "val_step" not in c:
+            continue
+        (line,) = ax.plot(c["val_step"], c["val_bits_per_base"], marker="o", label=f"{method.upper()} valid")
+        last = max(last, c["val_step"][-1])
+        if ex.get("fit"):
+            end = min(ex["crossing_step"] or math.inf, 100 * c["val_step"][-1])
+            end = max(end, c["val_step"][-1])
+            xs = np.geomspace(c["val_step"][0], end, 200)
+            f = ex["fit"]
+            ax.plot(xs, power_law(f, xs), ls="--", color=line.get_color(),
+                    label=f"{method.upper()} fit {f['c']:.3f} + {f['a']:.3g} step^-{f['b']:.2f}")
+            last = max(last, end)
+    for k, v in results["markov_valid"].items():
+        if k in ("order_5", "order_8"):
+            ax.axhline(v, ls=":", color="grey")
+            ax.annotate(f"Markov {k.replace('_', ' ')} (same validation tiles)", xy=(0.01, v),
+                        xycoords=("axes fraction", "data"), va="bottom", fontsize=8, color="grey")
+    ax.set_xscale("log")
+    ax.set(xlabel="training step", ylabel="bits per base (validation tiles)",
+           title="validation curves and their power-law fits", xlim=(None, 1.3 * last))
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    save_figure(fig, out / "extrapolation.png")
+
+
+def extrapolation_lines(results: dict) -> list[str]:
+    """The extrapolation as a table (empty for summaries written before it existed)."""
+    if "markov_valid" not in results:
+        return []
+    lines = ["", f"Validation tiles: {results['valid_tiles']} (the ones training scored); Markov chains on them: "
+             + ", ".join(f"{k.replace('_', ' ')} {v:.4f}" for k, v in results["markov_valid"].items()) + ".", "",
+             "| model | last valid step | last valid bits/base | fit c + a step^-b | crosses the best chain at step |",
+             "|---|---|---|---|---|"]
+    for method, r in results["models"].items():
+        ex = r["extrapolation"]
+        f = ex["fit"]
+        fit = "-" if f is None else f"{f['c']:.4f} + {f['a']:.4g} step^-{f['b']:.3f} (rmse {f['rmse']:.4f})"
+        if ex["crossed"]:
+            cross = "already below it"
+        elif ex["crossing_step"] is None:
+            cross = "never (asymptote above it)" if f is not None else "-"
+        else:
+            cross = f"{ex['crossing_step']:,.0f} ({ex['crossing_bases'] / 1e6:,.0f} M bases)"
+        lines.append(f"| {method.upper()} | {ex['last_step']} | {ex['last_bits']:.4f} | {fit} | {cross} |")
+    return lines
 
 
 def table(results: dict) -> str:
@@ -244,6 +374,7 @@ def table(results: dict) -> str:
                      f"{kind} | {r['train_seconds']:.0f} |")
     lines += [f"| Markov chain, {k.replace('_', ' ')} | {v:.4f} | {2 ** v:.4f} | exact | - |"
               for k, v in results["markov"].items()]
+    lines += extrapolation_lines(results)
     lines += ["", f"Relative gap (MDLM bound / AR - 1, in bits): {100 * results['relative_gap']:+.2f}%.", "",
               "| source | GC mean | GC std over sequences | CpG obs/exp | "
               + " | ".join(f"TV k={k}" for k in range(1, 7)) + " |", "|---|---|---|---|" + "---|" * 6]
@@ -260,15 +391,17 @@ def table(results: dict) -> str:
 
 
 def run(runs: Path, out: Path, do_train: bool, max_test_windows: int | None, num_t_samples: int,
-        num_samples: int, sample_steps: int, loader_batches: int, loader_rounds: int, command: str) -> dict:
+        num_samples: int, sample_steps: int, loader_batches: int, loader_rounds: int, command: str,
+        recipe: str = "short") -> dict:
     torch.set_num_threads(1)
     if do_train:
-        train_runs(runs)
+        train_runs(runs, recipe)
     for method in METHODS:
         if not (runs / method / LAST_CHECKPOINT).is_file():
             raise SystemExit(f"[dna] no checkpoint at {runs / method / LAST_CHECKPOINT}; pass --train")
     start = time.perf_counter()
-    results: dict = {"command": command, "train_commands": {m: train_command(m, runs / m) for m in METHODS},
+    results: dict = {"command": command, "recipe": recipe,
+                     "train_commands": {m: train_command(m, runs / m, recipe) for m in METHODS},
                      "models": {}, "seconds": {}}
     load_start = os.getloadavg()[0]
     models = {m: load_checkpoint(runs / m) for m in METHODS}
@@ -301,8 +434,20 @@ def run(runs: Path, out: Path, do_train: bool, max_test_windows: int | None, num
 
     t = time.perf_counter()
     test_segs = tile_segments(dm, "test", index)
-    results["markov"] = markov_yardstick(train_segments(dm), test_segs)
+    # the tiles training validated on: Lightning's first val_batches batches of the (unshuffled) valid loader
+    train_cfg = load_run_config(runs / "mdlm" / "config.yaml").train
+    n_valid = len(dm.eval_dataset("valid"))
+    n_val = min(n_valid, train_cfg.val_batches * cfg.eval_batch_size) if train_cfg.val_batches else n_valid
+    results["markov"], results["markov_valid"] = markov_yardstick(
+        train_segments(dm), test_segs, MARKOV_ORDERS, also=tile_segments(dm, "valid", list(range(n_val))))
+    results["valid_tiles"] = n_val
     results["seconds"]["markov"] = time.perf_counter() - t
+    best_order, best_bits = min(results["markov_valid"].items(), key=lambda kv: kv[1])
+    for method in METHODS:
+        results["models"][method]["extrapolation"] = {
+            "markov_order": best_order,
+            **extrapolate(results["models"][method]["curves"], best_bits, train_cfg.warmup_steps,
+                          cfg.batch_size * cfg.seq_len)}
     results["train_bases"] = sum(len(iv) for iv in dm.split_intervals("train"))
 
     # realism: generated vs held-out test sequence, with real and shuffled validation windows of the same size
@@ -339,7 +484,8 @@ def run(runs: Path, out: Path, do_train: bool, max_test_windows: int | None, num
         "fasta": cfg.fasta.path, "block_size": cfg.fasta.block_size, "valid_fraction": cfg.fasta.valid_fraction,
         "test_fraction": cfg.fasta.test_fraction, "split_seed": cfg.fasta.split_seed, "seq_len": cfg.seq_len,
         "batch_size": cfg.batch_size, "preset": models["mdlm"].model_config.preset,
-        "lr": load_run_config(RECIPE.format(method="mdlm"), TRAIN_OVERRIDES).train.lr,
+        "lr": load_run_config(RECIPE.format(method="mdlm"), RECIPES[recipe]).train.lr,
+        "width": models["mdlm"].model_config.hidden_size, "depth": models["mdlm"].model_config.n_layers,
         "split_sizes": {k: v for k, v in _split_sizes(dm).items()}, "cpu_count": os.cpu_count(),
         "chromosomes": {c: dm.fasta.lengths[c] for c in dict.fromkeys(iv.chrom for iv in dm.intervals())},
         "torch_threads": torch.get_num_threads(), "load_average_at_start": load_start,
@@ -370,10 +516,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sample-steps", type=int, default=128, help="MDLM reverse steps")
     p.add_argument("--loader-batches", type=int, default=200, help="timed batches per round and setting")
     p.add_argument("--loader-rounds", type=int, default=5, help="alternating rounds of 0 and 2 workers")
+    p.add_argument("--recipe", choices=sorted(RECIPES), default="short",
+                   help="training overrides of --train and of the recorded train commands (RECIPES)")
     args = p.parse_args(argv)
     command = "python -m experiments.dna_experiment " + " ".join(sys.argv[1:] if argv is None else argv)
     run(Path(args.runs), Path(args.out), args.train, args.max_test_windows, args.num_t_samples, args.num_samples,
-        args.sample_steps, args.loader_batches, args.loader_rounds, command.strip())
+        args.sample_steps, args.loader_batches, args.loader_rounds, command.strip(), args.recipe)
     return 0
 
 

@@ -53,6 +53,42 @@ def test_cpg_observed_expected():
     assert np.isnan(X.cpg_observed_expected(["AAAT"]))
 
 
+def test_power_law_fit_recovers_a_known_curve_and_its_crossing():
+    steps = np.array([500, 1000, 2000, 3000, 4000, 6000])
+    true = {"c": 1.80, "a": 0.9, "b": 0.4}
+    fit = X.fit_power_law(steps, X.power_law(true, steps))
+    assert fit["b"] == pytest.approx(0.4, abs=1e-9) and fit["rmse"] < 1e-9
+    assert fit["c"] == pytest.approx(1.80) and fit["a"] == pytest.approx(0.9)
+    # the crossing solves c + a s^-b = target in closed form
+    s = X.step_to_reach(fit, 1.83)
+    assert s == pytest.approx((0.9 / 0.03) ** (1 / 0.4)) and X.power_law(fit, s) == pytest.approx(1.83)
+    assert X.step_to_reach(fit, 1.79) is None  # asymptote above the target: never
+    assert X.step_to_reach({**fit, "a": -0.1}, 1.83) is None  # a rising curve never comes down
+    with pytest.raises(ValueError, match="at least 3 points"):
+        X.fit_power_law([100, 200], [2.0, 1.9])
+
+
+def test_extrapolation_skips_the_warmup_and_says_whether_the_target_is_crossed():
+    true = {"c": 1.80, "a": 0.9, "b": 0.4}
+    steps = [100, 500, 1000, 2000, 4000]
+    bits = list(X.power_law(true, steps))
+    bits[0] = 5.0  # a warm-up point far off the law: must not enter the fit
+    curve = {"val_step": steps, "val_bits_per_base": bits}
+    ex = X.extrapolate(curve, target=1.82, warmup_steps=200, bases_per_step=4096)
+    assert ex["fit"]["points"] == 4 and ex["fit"]["rmse"] < 1e-9 and ex["crossed"] is False
+    assert ex["crossing_bases"] == pytest.approx(ex["crossing_step"] * 4096) and ex["crossing_step"] > 4000
+    assert X.extrapolate(curve, target=1.9, warmup_steps=200, bases_per_step=1)["crossed"] is True
+    assert X.extrapolate({"val_step": [500, 1000], "val_bits_per_base": [2, 1.9]}, 1.8, 0, 1)["fit"] is None
+
+
+def test_markov_yardstick_scores_a_second_set_with_the_same_fits():
+    rng = np.random.default_rng(0)
+    train, test, other = ([rng.integers(0, 4, size=n) for n in sizes] for sizes in ([500, 300], [200], [150, 50]))
+    on_test, on_other = X.markov_yardstick(train, test, (0, 2), also=other)
+    assert on_test == X.markov_yardstick(train, test, (0, 2))
+    assert on_other == X.markov_yardstick(train, other, (0, 2))
+
+
 def test_the_table_shows_the_numbers_of_the_committed_summary():
     summary = json.loads((Path(__file__).resolve().parents[1] / "reports" / "dna" / "summary.json").read_text())
     text = X.table(summary)
@@ -105,3 +141,9 @@ def test_pipeline_end_to_end_on_slices(slices, tmp_path, monkeypatch):
     assert f"| MDLM | {m['bits_per_base']:.4f} |" in text and f"{100 * summary['relative_gap']:+.2f}%" in text
     assert (out / "val_curves.png").is_file() and (out / "realism.png").is_file()
     assert np.isfinite(summary["markov"]["order_2"])
+    assert summary["recipe"] == "short" and summary["valid_tiles"] == 8  # val_batches 1 x eval batch 8
+    assert set(summary["markov_valid"]) == {"order_0", "order_2"}
+    for r in summary["models"].values():  # 2 steps, 1 of warm-up: too few points for a fit
+        assert r["extrapolation"]["target"] == min(summary["markov_valid"].values())
+        assert r["extrapolation"]["fit"] is None
+    assert (out / "extrapolation.png").is_file() and "Validation tiles: 8" in text
