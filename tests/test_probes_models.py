@@ -72,6 +72,30 @@ def test_reverse_complement_average_is_strand_symmetric(causal):
     np.testing.assert_allclose(out[0], plain.mean(0), atol=1e-5, rtol=1e-5)
 
 
+def test_reverse_complement_average_of_position_features_aligns_the_strands():
+    """flatten + rc_average: the reverse complement's states are flipped back, so position i of the average
+    is base pair i on both strands; then the embedding of RC(x) is that of x read backwards, position by
+    position (and not, as a strand-invariant average would make it, the same vector)."""
+    model = backbone(False)
+    seq = "AACGTTTGCAGGCA"
+    rc = "".join({"A": "T", "C": "G", "G": "C", "T": "A"}[b] for b in reversed(seq))
+    L, H = len(seq), model.config.hidden_size
+    enc = BackboneEncoder(model, TOK.complement_ids, rc_average=True, pool="flatten", length=L)
+    out = embed_sequences(enc, TOK, [seq, rc]).reshape(2, L, H)
+    np.testing.assert_allclose(out[1], out[0][::-1], atol=1e-5, rtol=1e-5)
+    assert not np.allclose(out[0], out[1], atol=1e-4)
+    # brute force: the forward strand's states plus the reverse strand's states read backwards, halved
+    ids, _ = encode_batch(TOK, [seq, rc])
+    with torch.no_grad():
+        states = model.hidden_states(ids)
+    np.testing.assert_allclose(out[0], 0.5 * (states[0] + states[1].flip(0)).numpy(), atol=1e-5, rtol=1e-5)
+    # padded rows: the reverse strand's padding moves left, and flipping back restores it on the right
+    padded = BackboneEncoder(model, TOK.complement_ids, rc_average=True, pool="flatten", length=L + 3)
+    both = embed_sequences(padded, TOK, [seq]).reshape(L + 3, H)
+    np.testing.assert_allclose(both[:L], out[0], atol=1e-5, rtol=1e-5)
+    assert not both[L:].any()
+
+
 def test_layer_choice_and_time_conditioned_backbone():
     model = backbone(False, time_conditioning=True)
     seqs = ["ACGTACGTAA", "GGCC"]

@@ -5,7 +5,11 @@ Padding never enters the mean (the mask weights it out) and, through the attenti
 the real positions' states, so a sequence's embedding does not depend on what it is batched with.
 A time-conditioned backbone (e.g. SEDD) is read at noise level 0: the probe sees clean sequences.
 With `rc_average`, the embedding is the mean of the sequence's and its reverse complement's
-(the post-hoc strand symmetrization of Caduceus-Ph, applied to features).
+(the post-hoc strand symmetrization of Caduceus-Ph, applied to features). The reverse complement's states
+are flipped back along the sequence first, so that position i of both strands is the same base pair: for the
+mean this changes nothing, for `flatten` it keeps a feature at the offset where it occurs (before session 10
+the flatten form averaged position i with position L - 1 - i, which made the features strand-invariant and
+blurred every offset with its mirror image).
 """
 
 from __future__ import annotations
@@ -48,6 +52,11 @@ def masked_flatten(hidden: Tensor, mask: Tensor) -> Tensor:
 POOLINGS = {"mean": masked_mean, "flatten": masked_flatten}
 
 
+def _flipped(hidden: Tensor, mask: Tensor, flip: bool) -> tuple[Tensor, Tensor]:
+    """(hidden, mask), reversed along the sequence when `flip`."""
+    return (hidden.flip(1), mask.flip(1)) if flip else (hidden, mask)
+
+
 class BackboneEncoder(nn.Module):
     """(ids, mask) -> mean-pooled hidden states (B, H) of a backbone layer (None = the final layer), or of
     every layer at once with `all_layers` (B, n_layers + 1, H), for choosing the layer on validation."""
@@ -75,13 +84,15 @@ class BackboneEncoder(nn.Module):
             self.out_features *= backbone.config.n_layers + 1
         self.time_conditioned = bool(backbone.config.time_conditioning)
 
-    def _pooled(self, ids: Tensor, mask: Tensor) -> Tensor:
+    def _pooled(self, ids: Tensor, mask: Tensor, flip_back: bool = False) -> Tensor:
+        """Pooled states of one layer; with `flip_back`, the states (and mask) are reversed along the sequence
+        before pooling (for the reverse-complement strand, whose position i is the base pair L - 1 - i)."""
         noise = torch.zeros(ids.shape[0], device=ids.device) if self.time_conditioned else None
         attention_mask = None if bool(mask.all()) else mask  # full rows: the fast attention path
         hidden = self.backbone.hidden_states(ids, noise, attention_mask, layer=self.layer)  # (B, L, H)
-        return self.pool(hidden.float(), mask)
+        return self.pool(*_flipped(hidden.float(), mask, flip_back))
 
-    def _pooled_layers(self, ids: Tensor, mask: Tensor) -> Tensor:
+    def _pooled_layers(self, ids: Tensor, mask: Tensor, flip_back: bool = False) -> Tensor:
         """Every candidate layer in one pass: (B, n_layers + 1, H) = token embeddings, the outputs of blocks
         1 .. n_layers - 1, and the final output; captured with forward hooks."""
         captured: list[Tensor] = []
@@ -89,7 +100,7 @@ class BackboneEncoder(nn.Module):
         hooks = [m.register_forward_hook(lambda module, args, out: captured.append(out)) for m in modules]
         try:
             saved, self.layer = self.layer, None
-            final = self._pooled(ids, mask)
+            final = self._pooled(ids, mask, flip_back)
         finally:
             self.layer = saved
             for h in hooks:
@@ -97,7 +108,7 @@ class BackboneEncoder(nn.Module):
         combine = getattr(self.backbone, "combine_strands", None)  # an RC-equivariant backbone hooks 2B rows
         if combine is not None:
             captured = [combine(h) for h in captured]
-        return torch.stack([*(self.pool(h.float(), mask) for h in captured), final], dim=1)
+        return torch.stack([*(self.pool(*_flipped(h.float(), mask, flip_back)) for h in captured), final], dim=1)
 
     def forward(self, ids: Tensor, mask: Tensor) -> Tensor:
         """(B, H); with `all_layers`, (B, n_layers + 1, H) (see `_pooled_layers`)."""
@@ -105,7 +116,7 @@ class BackboneEncoder(nn.Module):
         pooled = pool(ids, mask)
         if self.rc_average:
             rc_ids = self.complement_ids[ids].flip(-1)  # PAD maps to PAD, so padding moves to the left
-            pooled = 0.5 * (pooled + pool(rc_ids, mask.flip(-1)))
+            pooled = 0.5 * (pooled + pool(rc_ids, mask.flip(-1), flip_back=True))
         return pooled.flatten(1) if self.concat_layers else pooled
 
 
