@@ -478,3 +478,40 @@ def test_concat_encoder_is_the_layers_side_by_side_and_fine_tunes():
                                                                         head_init="probe"), seed=0)
     assert epoch in (-1, 0) and val >= 0.9  # composition is separable: the folded probe head already is
     assert test_pred.shape == (16,) and (test_pred == data["test"][2].numpy()).mean() >= 0.8
+
+
+@pytest.mark.parametrize("n_classes", [2, 3])
+def test_logistic_regression_in_the_row_span_is_the_full_solution(n_classes):
+    """More features than rows: the L2-regularized regression solved in the span of the training rows has the
+    optimum of the solve in all F features (to 1e-9, both solved tightly), and fit_logistic_model's fast path
+    agrees with its full path to the solver's default tolerance: same C, same predictions."""
+    from sklearn.linear_model import LogisticRegression
+
+    from seqdiff.probes.linear import fit_logistic_model, row_space
+
+    rng = np.random.default_rng(0)
+    n, f = 60, 400
+    w = rng.normal(size=(f, n_classes))
+    feats = {s: rng.normal(size=(m, f)) for s, m in (("train", n), ("val", 30), ("test", 30))}
+    labels = {s: (x @ w + rng.normal(scale=3.0, size=(len(x), n_classes))).argmax(1) for s, x in feats.items()}
+    basis = row_space(feats["train"])
+    assert basis.shape == (n, f) and np.allclose(basis @ basis.T, np.eye(n), atol=1e-10)
+    assert row_space(feats["train"][:, :50]) is None  # more rows than features: nothing to gain
+    x, y = feats["train"], labels["train"]
+    for c in (0.01, 1.0, 10.0):  # the math: the same optimum
+        tight = {"C": c, "tol": 1e-12, "max_iter": 100_000}
+        full = LogisticRegression(**tight).fit(x, y)
+        reduced = LogisticRegression(**tight).fit(x @ basis.T, y)
+        np.testing.assert_allclose(reduced.coef_ @ basis, full.coef_, atol=1e-9)
+        np.testing.assert_allclose(reduced.intercept_, full.intercept_, atol=1e-9)
+    # the fast path of fit_logistic_model (standardized features, default tolerance) lands on that optimum
+    # to within the solver's tolerance; so does the full path it replaces (on a grid, C values that tie on
+    # validation may swap between the two, and a borderline prediction may flip)
+    scaler, fast, choice = fit_logistic_model(feats, labels, seed=0, c_grid=(1.0,))
+    _, slow, _ = fit_logistic_model(feats, labels, seed=0, c_grid=(1.0,), reduce=False)
+    exact = LogisticRegression(C=1.0, tol=1e-12, max_iter=100_000).fit(scaler.transform(x), y)
+    assert choice["C"] == 1.0 and fast.coef_.shape == exact.coef_.shape == (1 if n_classes == 2 else 3, f)
+    scale = np.abs(exact.coef_).max()
+    for model in (fast, slow):
+        np.testing.assert_allclose(model.coef_, exact.coef_, atol=1e-2 * scale)
+    assert fast.n_features_in_ == f and fast.predict(scaler.transform(feats["test"])).shape == (30,)
