@@ -2,10 +2,12 @@
 (Caduceus-Ph), and its twin trained equivariant (model.rc_equivariant=shared, Caduceus-PS) -> reports/dna/rc/.
 
     python -m experiments.rc_equivariance --plain runs/bd3lm/chr20/mdlm --equivariant runs/rc/chr20_mdlm_rc \
-        [--train] --max-test-windows 4000 --num-t-samples 2 --out reports/dna/rc
+        [--also runs/rc/chr20_mdlm_1000] [--train] --max-test-windows 4000 --num-t-samples 2 --out reports/dna/rc
 
 The twin is the plain run's recipe with one key changed: its own config.yaml with model.rc_equivariant=shared
-(`--train` trains it when its run directory has no checkpoint, resuming a partial one). For every model, on
+(`--train` trains it when its run directory has no checkpoint, resuming a partial one). The twin costs twice
+the FLOPs per step (both strands in one batch of 2B); `--also` adds plain runs, such as the plain recipe run
+for twice the steps, to compare at equal compute. For every model, on
 the same held-out test tiles and with the same seeds for the time and mask draws:
 
 1. test bits per base (MDLM's NELBO bound);
@@ -84,21 +86,25 @@ def strand_gap(model: LoadedModel, tiles: list[torch.Tensor], seed: int = 0) -> 
 
 
 def run(plain: Path, twin: Path, out: Path, do_train: bool, max_test_windows: int | None, num_t_samples: int,
-        gap_tiles: int, command: str) -> dict:
+        gap_tiles: int, command: str, also: tuple[Path, ...] = ()) -> dict:
     torch.set_num_threads(1)
     if do_train and not (twin / LAST_CHECKPOINT).is_file():
         train_twin(plain, twin)
-    for run_dir in (plain, twin):
+    for run_dir in (plain, twin, *also):
         if not (run_dir / LAST_CHECKPOINT).is_file():
             raise SystemExit(f"[rc] no checkpoint at {run_dir / LAST_CHECKPOINT}" + ("" if do_train else "; pass --train"))
     start, load_start = time.perf_counter(), os.getloadavg()[0]
     models = {"plain": load_checkpoint(plain), "conjoined (post hoc)": conjoin_loaded(load_checkpoint(plain)),
               "equivariant (shared)": load_checkpoint(twin)}
+    for extra in also:  # more plain runs on the same tiles, e.g. one trained for as many FLOPs as the twin
+        loaded = load_checkpoint(extra)
+        models[f"plain ({extra.name}, {loaded.step} steps)"] = loaded
     if models["equivariant (shared)"].model_config.rc_equivariant != "shared":
         raise SystemExit(f"[rc] {twin} was not trained with model.rc_equivariant=shared")
     cfg = models["plain"].data_config
-    if cfg != models["equivariant (shared)"].data_config:
-        raise SystemExit(f"[rc] {plain} and {twin} were trained on different data configs")
+    for name, model in models.items():
+        if model.data_config != cfg:
+            raise SystemExit(f"[rc] {name} ({model.path}) was trained on another data config than {plain}")
     dm = build_data_module(cfg, models["plain"].tokenizer)
     dm.check_files()
     tiles = dm.eval_dataset("test")
@@ -155,10 +161,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-test-windows", type=int, default=None, help="evenly spaced test tiles (default: all)")
     p.add_argument("--num-t-samples", type=int, default=1, help="Monte Carlo time draws per tile")
     p.add_argument("--gap-tiles", type=int, default=64, help="full test tiles for the strand gap")
+    p.add_argument("--also", type=Path, action="append", default=[],
+                   help="another plain run to score on the same tiles (repeatable), e.g. one of equal FLOPs")
     args = p.parse_args(argv)
     command = "python -m experiments.rc_equivariance " + " ".join(sys.argv[1:] if argv is None else argv)
     run(Path(args.plain), Path(args.equivariant), Path(args.out), args.train, args.max_test_windows,
-        args.num_t_samples, args.gap_tiles, command.strip())
+        args.num_t_samples, args.gap_tiles, command.strip(), tuple(args.also))
     return 0
 
 

@@ -28,11 +28,12 @@ def test_plain_conjoined_and_equivariant_side_by_side(tmp_path):
     with pytest.raises(SystemExit, match="pass --train"):
         X.main(["--plain", str(plain), "--equivariant", str(twin), "--out", str(out)])
     X.main(["--plain", str(plain), "--equivariant", str(twin), "--train", "--out", str(out),
-            "--max-test-windows", "12", "--gap-tiles", "4"])
+            "--max-test-windows", "12", "--gap-tiles", "4", "--also", str(plain)])
     assert load_run_config(twin / "config.yaml").model.rc_equivariant == "shared"  # the one key changed
     results = json.loads((out / "results.json").read_text())
     m = results["models"]
-    assert set(m) == {"plain", "conjoined (post hoc)", "equivariant (shared)"}
+    assert set(m) == {"plain", "conjoined (post hoc)", "equivariant (shared)", "plain (plain, 2 steps)"}
+    assert m["plain (plain, 2 steps)"]["bits_per_base"] == m["plain"]["bits_per_base"]  # same run, same draws
     assert all(r["num_tokens"] == m["plain"]["num_tokens"] > 0 for r in m.values())  # the same tiles
     for name in ("conjoined (post hoc)", "equivariant (shared)"):  # equivariant to float round-off
         assert m[name]["strand"]["max_logit_error"] < 1e-4 and m[name]["strand"]["max_abs_strand_gap_bits"] < 1e-4
