@@ -170,6 +170,8 @@ class ProbeOptions:
     side by side, for fine-tuning too); default: the output. Fine-tuning reads the output for 'best'."""
     rc_average: bool = False
     """Average embeddings with the reverse complement's."""
+    rc_both: bool = False
+    """Keep both strands' features side by side (an RC-equivariant model: both strands' states, not their mean)."""
     pool: Literal["mean", "flatten"] = "mean"
     """Frozen probe and fine-tuning head: mean over real positions, or every position's state side by side."""
     skip: list[PROBE_SKIPS] = field(default_factory=list)
@@ -182,6 +184,9 @@ class ProbeOptions:
     """Use the raw weights instead of the EMA weights."""
 
     def __post_init__(self) -> None:
+        if self.rc_average and self.rc_both:
+            raise ConfigError("probe.rc_average and probe.rc_both exclude each other: average the two strands "
+                              "(--rc-average) or keep both side by side (--rc-both)")
         if isinstance(self.layer, str) and self.layer not in ("best", "concat"):
             raise ConfigError(f"probe.layer takes an integer, 'best' or 'concat', not {self.layer!r}")
         for key in ("seeds", "finetune_seeds", "cnn_epochs", "train_size"):

@@ -96,6 +96,30 @@ def test_reverse_complement_average_of_position_features_aligns_the_strands():
     assert not both[L:].any()
 
 
+def test_rc_both_keeps_a_plain_models_two_strands_side_by_side():
+    """rc_both on a plain model: [features of x | features of RC(x) flipped back]; their mean is rc_average's
+    embedding, and the two together refuse."""
+    model = backbone(False)
+    seq = "AACGTTTGCAGGCA"
+    L, H = len(seq), model.config.hidden_size
+    both = embed_sequences(BackboneEncoder(model, TOK.complement_ids, rc_both=True, pool="flatten", length=L), TOK, [seq])
+    avg = embed_sequences(BackboneEncoder(model, TOK.complement_ids, rc_average=True, pool="flatten", length=L), TOK, [seq])
+    plain = embed_sequences(BackboneEncoder(model, TOK.complement_ids, pool="flatten", length=L), TOK, [seq])
+    assert both.shape == (1, 2 * L * H)
+    np.testing.assert_allclose(both[:, : L * H], plain, atol=1e-6)
+    np.testing.assert_allclose(0.5 * (both[:, : L * H] + both[:, L * H:]), avg, atol=1e-5)
+    enc = BackboneEncoder(model, TOK.complement_ids, rc_both=True, concat_layers=True)
+    assert enc.out_features == 2 * H * (model.config.n_layers + 1)
+    assert embed_sequences(enc, TOK, [seq]).shape == (1, enc.out_features)
+    with pytest.raises(ProbeError, match="exclude each other"):
+        BackboneEncoder(model, TOK.complement_ids, rc_average=True, rc_both=True)
+    from seqdiff.config import ConfigError
+    from seqdiff.options import ProbeOptions
+
+    with pytest.raises(ConfigError, match="probe.rc_average and probe.rc_both exclude each other"):
+        ProbeOptions(rc_average=True, rc_both=True)  # refused as options, before any model loads
+
+
 def test_layer_choice_and_time_conditioned_backbone():
     model = backbone(False, time_conditioning=True)
     seqs = ["ACGTACGTAA", "GGCC"]

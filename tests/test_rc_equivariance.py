@@ -374,6 +374,29 @@ def test_probe_encoder_reads_every_layer_of_an_rc_model_and_copies():
     torch.testing.assert_close(pickle.loads(pickle.dumps(model))(ids, None, mask), model(ids, None, mask))
 
 
+def test_probe_encoder_keeps_both_strands_of_an_rc_model_with_rc_both():
+    """rc_both on an RC-equivariant backbone reads strand_hidden_states [this | other] (2H per position)
+    instead of their average, for the final output and every hooked layer; the average is its two halves'
+    mean, and RC swaps the halves (flatten: and reverses the positions)."""
+    from seqdiff.probes.embeddings import BackboneEncoder
+
+    model = make("shared", False).float()
+    H, n = model.config.hidden_size, model.config.n_layers
+    ids, _ = batch(False)
+    L = ids.shape[1]
+    mask = torch.ones_like(ids, dtype=torch.bool)
+    both = BackboneEncoder(model, COMP, all_layers=True, rc_both=True)
+    layers, mean = both(ids, mask), BackboneEncoder(model, COMP, all_layers=True)(ids, mask)
+    assert layers.shape == (4, n + 1, 2 * H) and both.out_features == 2 * H
+    torch.testing.assert_close(0.5 * (layers[..., :H] + layers[..., H:]), mean, rtol=1e-5, atol=1e-5)
+    final = model.strand_hidden_states(ids, None, None).mean(1)
+    torch.testing.assert_close(layers[:, -1], final, rtol=1e-5, atol=1e-5)
+    flat = BackboneEncoder(model, COMP, rc_both=True, pool="flatten", length=L)
+    x, rc = flat(ids, mask).reshape(4, L, 2 * H), flat(rc_tokens(ids, COMP), rc_mask(mask)).reshape(4, L, 2 * H)
+    torch.testing.assert_close(rc, torch.cat([x[..., H:], x[..., :H]], -1).flip(1), rtol=1e-5, atol=1e-5)
+    assert not torch.allclose(x[..., :H], x[..., H:], atol=1e-4)  # the two strands' states differ
+
+
 def test_an_nce_energy_starts_from_an_rc_mdlm():
     from seqdiff.edlm.nce_energy import EnergyNet
 

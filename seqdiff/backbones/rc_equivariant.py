@@ -160,7 +160,7 @@ class RCEquivariant(nn.Module):
         B = input_ids.shape[0]
         by_layer = {} if layer is None else {"layer": layer}  # backbones without intermediate layers take none
         h = self.inner.hidden_states(*self._both_strands(input_ids, noise_level, attention_mask), **by_layer)
-        return torch.cat([h[:B], h[B:].flip(-2)], dim=-1)  # (B, L, 2H)
+        return self.pair_strands(h)  # (B, L, 2H)
 
     def hidden_states(self, input_ids: Tensor, noise_level: Tensor | None = None,
                       attention_mask: Tensor | None = None, *, kv_cache=None, layer: int | None = None) -> Tensor:
@@ -179,6 +179,11 @@ class RCEquivariant(nn.Module):
         `hidden_states`; for readers that hook the inner modules (probes choosing a layer)."""
         B = h.shape[0] // 2
         return 0.5 * (h[:B] + h[B:].flip(-2))
+
+    def pair_strands(self, h: Tensor) -> Tensor:
+        """As `combine_strands`, but both strands side by side (B, L, 2H), as in `strand_hidden_states`."""
+        B = h.shape[0] // 2
+        return torch.cat([h[:B], h[B:].flip(-2)], dim=-1)
 
     def new_kv_cache(self, *args, **kwargs):
         raise ValueError("an RC-equivariant backbone is bidirectional: it has no kv_cache")

@@ -9,7 +9,11 @@ With `rc_average`, the embedding is the mean of the sequence's and its reverse c
 are flipped back along the sequence first, so that position i of both strands is the same base pair: for the
 mean this changes nothing, for `flatten` it keeps a feature at the offset where it occurs (before session 10
 the flatten form averaged position i with position L - 1 - i, which made the features strand-invariant and
-blurred every offset with its mirror image).
+blurred every offset with its mirror image). With `rc_both` the two strands' features are kept side by side
+instead of averaged (twice the features, nothing lost): for a plain model [features of x | features of RC(x)
+flipped back], for an RC-equivariant backbone its `strand_hidden_states` [this strand | the other strand] in
+place of their average. The average is strand-symmetric, which a strand-specific task (splice junctions are
+annotated on the sense strand) may need to undo; the pair keeps both readings.
 """
 
 from __future__ import annotations
@@ -63,8 +67,10 @@ class BackboneEncoder(nn.Module):
 
     def __init__(self, backbone: nn.Module, complement_ids: Tensor, layer: int | None = None,
                  rc_average: bool = False, all_layers: bool = False, pool: str = "mean",
-                 length: int | None = None, concat_layers: bool = False) -> None:
+                 length: int | None = None, concat_layers: bool = False, rc_both: bool = False) -> None:
         super().__init__()
+        if rc_average and rc_both:
+            raise ProbeError("rc_average and rc_both exclude each other: average the two strands or keep both")
         if pool not in POOLINGS:
             raise ProbeError(f"pooling {pool!r} is unknown; choose one of {sorted(POOLINGS)}")
         if pool == "flatten" and length is None:
@@ -75,6 +81,9 @@ class BackboneEncoder(nn.Module):
         self.concat_layers = concat_layers
         """Every layer side by side in one vector (B, (n_layers + 1) * F): the fine-tuning head of layer=concat."""
         self.rc_average = rc_average
+        self.rc_both = rc_both
+        self.strand_states = rc_both and hasattr(backbone, "strand_hidden_states")
+        """An RC-equivariant backbone with rc_both: read its two strands' states instead of their average."""
         self.pool = POOLINGS[pool]
         self.length = length if pool == "flatten" else None
         """Pad every batch to this length (flatten pooling)."""
@@ -82,6 +91,8 @@ class BackboneEncoder(nn.Module):
         self.out_features = backbone.config.hidden_size * (length if pool == "flatten" else 1)
         if concat_layers:
             self.out_features *= backbone.config.n_layers + 1
+        if rc_both:
+            self.out_features *= 2
         self.time_conditioned = bool(backbone.config.time_conditioning)
 
     def _pooled(self, ids: Tensor, mask: Tensor, flip_back: bool = False) -> Tensor:
@@ -89,7 +100,8 @@ class BackboneEncoder(nn.Module):
         before pooling (for the reverse-complement strand, whose position i is the base pair L - 1 - i)."""
         noise = torch.zeros(ids.shape[0], device=ids.device) if self.time_conditioned else None
         attention_mask = None if bool(mask.all()) else mask  # full rows: the fast attention path
-        hidden = self.backbone.hidden_states(ids, noise, attention_mask, layer=self.layer)  # (B, L, H)
+        states = self.backbone.strand_hidden_states if self.strand_states else self.backbone.hidden_states
+        hidden = states(ids, noise, attention_mask, layer=self.layer)  # (B, L, H); both strands: (B, L, 2H)
         return self.pool(*_flipped(hidden.float(), mask, flip_back))
 
     def _pooled_layers(self, ids: Tensor, mask: Tensor, flip_back: bool = False) -> Tensor:
@@ -105,7 +117,8 @@ class BackboneEncoder(nn.Module):
             self.layer = saved
             for h in hooks:
                 h.remove()
-        combine = getattr(self.backbone, "combine_strands", None)  # an RC-equivariant backbone hooks 2B rows
+        # an RC-equivariant backbone hooks 2B rows: averaged, or side by side with rc_both
+        combine = getattr(self.backbone, "pair_strands" if self.strand_states else "combine_strands", None)
         if combine is not None:
             captured = [combine(h) for h in captured]
         return torch.stack([*(self.pool(*_flipped(h.float(), mask, flip_back)) for h in captured), final], dim=1)
@@ -117,6 +130,9 @@ class BackboneEncoder(nn.Module):
         if self.rc_average:
             rc_ids = self.complement_ids[ids].flip(-1)  # PAD maps to PAD, so padding moves to the left
             pooled = 0.5 * (pooled + pool(rc_ids, mask.flip(-1), flip_back=True))
+        elif self.rc_both and not self.strand_states:  # a plain model: x's features, then RC(x)'s flipped back
+            rc_ids = self.complement_ids[ids].flip(-1)
+            pooled = torch.cat([pooled, pool(rc_ids, mask.flip(-1), flip_back=True)], dim=-1)
         return pooled.flatten(1) if self.concat_layers else pooled
 
 

@@ -62,6 +62,8 @@ class ProbeConfig:
     pools the final output for None and "best"."""
     rc_average: bool = False
     """Average each embedding with its reverse complement's."""
+    rc_both: bool = False
+    """Keep both strands' features side by side instead (twice the features; seqdiff.probes.embeddings)."""
     pool: str = "mean"
     """Pooling of the frozen probe and of the fine-tuning head: "mean" over real positions, or "flatten" (every
     position's state side by side, padding zeroed; a position-aware head for motifs at fixed offsets)."""
@@ -146,9 +148,10 @@ def _frozen_features(model: ProbeModel, split: Split, config: ProbeConfig) -> di
     best = config.layer in ALL_LAYER_MODES  # every layer in one pass: (N, n_layers + 1, H)
     length = max(len(s) for seqs in split.sequences().values() for s in seqs)  # the same for every seed
     encoder = BackboneEncoder(model.backbone, model.tokenizer.complement_ids, None if best else config.layer,
-                              config.rc_average, all_layers=best, pool=config.pool, length=length)
+                              config.rc_average, all_layers=best, pool=config.pool, length=length,
+                              rc_both=config.rc_both)
     # a frozen backbone embeds a sequence the same way for every seed: embed each distinct sequence once
-    cache = _EMBEDDINGS.setdefault((model.backbone, config.layer, config.rc_average, config.pool), {})
+    cache = _EMBEDDINGS.setdefault((model.backbone, config.layer, config.rc_average, config.rc_both, config.pool), {})
     missing = sorted({s for seqs in split.sequences().values() for s in seqs} - cache.keys())
     if missing:
         vectors = embed_sequences(encoder, model.tokenizer, missing, device=config.device)
@@ -157,7 +160,7 @@ def _frozen_features(model: ProbeModel, split: Split, config: ProbeConfig) -> di
 
 
 _EMBEDDINGS: dict[tuple, dict[str, np.ndarray]] = {}
-"""Frozen embeddings by (backbone (hashed by identity, kept alive), layer, rc_average) and sequence;
+"""Frozen embeddings by (backbone (hashed by identity, kept alive), layer, rc_average, rc_both, pool) and sequence;
 cleared after each row."""
 
 
@@ -173,7 +176,8 @@ def _finetune(model: ProbeModel, split: Split, seed: int, config: ProbeConfig):
     length = max(len(s) for seqs in split.sequences().values() for s in seqs)  # flatten: one padded length
     encoder = BackboneEncoder(copy.deepcopy(model.backbone).train(), model.tokenizer.complement_ids,
                               None if config.layer in ALL_LAYER_MODES else config.layer, config.rc_average,
-                              pool=config.pool, length=length, concat_layers=config.layer == CONCAT_LAYER)
+                              pool=config.pool, length=length, concat_layers=config.layer == CONCAT_LAYER,
+                              rc_both=config.rc_both)
     n_classes = int(split.train.labels.max()) + 1
     tensors = _tensors(model.tokenizer, split, length if config.pool == "flatten" else None)
     val, pred, epoch = finetune_predict(encoder, n_classes, tensors, config.finetune, seed,
@@ -292,7 +296,8 @@ def run_row(kind: str, model: ProbeModel | None, bench: Benchmark, config: Probe
         row.update({f"test_{bench.metric}_mean": float(scores.mean()), f"test_{bench.metric}_min": float(scores.min()),
                     f"test_{bench.metric}_max": float(scores.max()), f"test_{bench.metric}": headline})
     if kind == "frozen":
-        row.update({"layer": config.layer, "rc_average": config.rc_average, "pool": config.pool})
+        row.update({"layer": config.layer, "rc_average": config.rc_average, "rc_both": config.rc_both,
+                    "pool": config.pool})
     return row
 
 
