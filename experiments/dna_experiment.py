@@ -150,7 +150,10 @@ def fit_power_law(steps, bits, exponents=None) -> dict[str, float]:
         if best is None or sse < best[0]:
             best = (sse, float(b), coef)
     sse, b, (c, a) = best
-    return {"c": float(c), "a": float(a), "b": b, "rmse": math.sqrt(sse / len(x)), "points": len(x)}
+    # an exponent at the edge of the grid means no power law fits (e.g. a curve that speeds up as the
+    # learning rate anneals): the fit and its crossing are then reported as failed, not read off
+    return {"c": float(c), "a": float(a), "b": b, "rmse": math.sqrt(sse / len(x)), "points": len(x),
+            "at_grid_edge": bool(b in (float(grid[0]), float(grid[-1])))}
 
 
 def power_law(fit: dict[str, float], steps) -> np.ndarray:
@@ -177,7 +180,7 @@ def extrapolate(curve: dict[str, list[float]], target: float, warmup_steps: int,
     if len(steps) < 3:
         return {**out, "fit": None, "crossing_step": None, "crossed": None}
     fit = fit_power_law(steps, bits)
-    crossing = step_to_reach(fit, target)
+    crossing = None if fit["at_grid_edge"] else step_to_reach(fit, target)
     return {**out, "fit": fit, "crossed": bool(out["last_bits"] < target), "crossing_step": crossing,
             "crossing_bases": None if crossing is None else crossing * bases_per_step}
 
@@ -319,7 +322,7 @@ def _extrapolation_plot(results: dict, out: Path) -> None:
             continue
         (line,) = ax.plot(c["val_step"], c["val_bits_per_base"], marker="o", label=f"{method.upper()} valid")
         last = max(last, c["val_step"][-1])
-        if ex.get("fit"):
+        if ex.get("fit") and not ex["fit"].get("at_grid_edge"):  # a failed fit is not drawn
             end = min(ex["crossing_step"] or math.inf, 100 * c["val_step"][-1])
             end = max(end, c["val_step"][-1])
             xs = np.geomspace(c["val_step"][0], end, 200)
@@ -355,6 +358,8 @@ def extrapolation_lines(results: dict) -> list[str]:
         fit = "-" if f is None else f"{f['c']:.4f} + {f['a']:.4g} step^-{f['b']:.3f} (rmse {f['rmse']:.4f})"
         if ex["crossed"]:
             cross = "already below it"
+        elif f is not None and f.get("at_grid_edge"):
+            cross = "no power law fits (exponent at the grid edge): not extrapolated"
         elif ex["crossing_step"] is None:
             cross = "never (asymptote above it)" if f is not None else "-"
         else:

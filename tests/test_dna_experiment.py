@@ -66,6 +66,13 @@ def test_power_law_fit_recovers_a_known_curve_and_its_crossing():
     assert X.step_to_reach({**fit, "a": -0.1}, 1.83) is None  # a rising curve never comes down
     with pytest.raises(ValueError, match="at least 3 points"):
         X.fit_power_law([100, 200], [2.0, 1.9])
+    assert fit["at_grid_edge"] is False
+    # a curve that speeds up (an annealing learning rate) is no power law: the fit runs to the grid's edge
+    speeding = [1.89, 1.888, 1.885, 1.88, 1.87, 1.85, 1.80]
+    bad = X.fit_power_law(np.arange(1, 8) * 500, speeding)
+    assert bad["at_grid_edge"] is True
+    ex = X.extrapolate({"val_step": list(np.arange(1, 8) * 500), "val_bits_per_base": speeding}, 1.79, 0, 1)
+    assert ex["crossing_step"] is None and ex["crossed"] is False
 
 
 def test_extrapolation_skips_the_warmup_and_says_whether_the_target_is_crossed():
