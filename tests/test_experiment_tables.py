@@ -32,3 +32,25 @@ def test_the_sweep_table_shows_every_candidate():
         assert f"| {name} | " in text
         assert f"| {m['valid_bits_per_character']:.4f} | {a['valid_bits_per_character']:.4f} | " in text
         assert f"{100 * r['relative_gap_bits']:+.1f}%" in text
+
+
+def test_the_long_dna_table_shows_the_extrapolation_of_the_committed_summary():
+    from experiments.dna_experiment import table
+
+    summary = json.loads((REPORTS / "dna" / "long" / "summary.json").read_text())
+    text = table(summary)
+    assert summary["recipe"] == "long" and f"Validation tiles: {summary['valid_tiles']}" in text
+    for method, r in summary["models"].items():
+        ex = r["extrapolation"]
+        assert f"| {method.upper()} | {ex['last_step']} | {ex['last_bits']:.4f} |" in text
+        assert ex["target"] == min(summary["markov_valid"].values())
+
+
+def test_the_rc_table_shows_every_model_of_the_committed_results():
+    from experiments.rc_equivariance import table
+
+    results = json.loads((REPORTS / "dna" / "rc" / "results.json").read_text())
+    text = table(results)
+    for name, r in results["models"].items():
+        assert f"| {name} | {r['step']} | {r['parameters']:,} | {r['bits_per_base']:.4f} |" in text
+        assert r["delta_vs_plain_bits"] == r["bits_per_base"] - results["models"]["plain"]["bits_per_base"]
