@@ -8,7 +8,7 @@ the optimum; writing w = V^T a with V an orthonormal basis of the row span (from
 and X w = (X V^T) a, so the r-dimensional problem (r <= rows) is the same problem with the same optimum. The two
 solves differ only where L-BFGS stops (its test is on the largest gradient coordinate, which the rotation
 changes): within the solver's tolerance (tested). The coefficients are mapped back to the F features, so the
-fitted model reads the full features as before; fits are about F / r times cheaper.
+fitted model reads the full features as before; each fit works in r dimensions instead of F.
 
 k-mer count features (k = 3..6) live here too: the classic alignment-free baseline, with k chosen on
 validation alongside C.
