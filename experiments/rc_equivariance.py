@@ -69,8 +69,9 @@ def strand_gap(model: LoadedModel, tiles: list[torch.Tensor], seed: int = 0) -> 
         xt = torch.where(masked, model.tokenizer.mask_id, x0)
         sigma = method.noise_level(t)
         out, out_rc = backbone(xt, noise_level=sigma), backbone(rc_tokens(xt, complement), noise_level=sigma)
-        finite = torch.isfinite(out_rc) & torch.isfinite(rc_logits(out, complement))
-        max_logit_error = max(max_logit_error, float((out_rc - rc_logits(out, complement))[finite].abs().max()))
+        mapped = rc_logits(out, complement)
+        finite = torch.isfinite(out_rc) & torch.isfinite(mapped)
+        max_logit_error = max(max_logit_error, float((out_rc - mapped)[finite].abs().max()))
         per_strand = []
         for logits, target, where in ((out, x0, masked), (out_rc, rc_tokens(x0, complement), masked.flip(-1))):
             logits = logits.float().clone()

@@ -127,12 +127,10 @@ class BackboneEncoder(nn.Module):
         """(B, H); with `all_layers`, (B, n_layers + 1, H) (see `_pooled_layers`)."""
         pool = self._pooled_layers if self.all_layers else self._pooled
         pooled = pool(ids, mask)
-        if self.rc_average:
+        if self.rc_average or (self.rc_both and not self.strand_states):  # RC(x) through a plain backbone
             rc_ids = self.complement_ids[ids].flip(-1)  # PAD maps to PAD, so padding moves to the left
-            pooled = 0.5 * (pooled + pool(rc_ids, mask.flip(-1), flip_back=True))
-        elif self.rc_both and not self.strand_states:  # a plain model: x's features, then RC(x)'s flipped back
-            rc_ids = self.complement_ids[ids].flip(-1)
-            pooled = torch.cat([pooled, pool(rc_ids, mask.flip(-1), flip_back=True)], dim=-1)
+            other = pool(rc_ids, mask.flip(-1), flip_back=True)
+            pooled = 0.5 * (pooled + other) if self.rc_average else torch.cat([pooled, other], dim=-1)
         return pooled.flatten(1) if self.concat_layers else pooled
 
 
