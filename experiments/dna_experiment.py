@@ -71,9 +71,9 @@ RECIPES: dict[str, list[str]] = {
 """Overrides of the CPU recipes. short: a 2-core CPU shared with five other jobs, 128-nt context, 600 steps x 16
 windows (1.2 M bases per model, `cpu-small`). long: 6,000 steps x 32 windows of 128 nt (24.6 M bases, 46% of
 the training blocks) for a DiT of width 192 and depth 3, the size a measured 0.8 s per step on one core lets
-train in about 90 minutes (`cpu-tiny` would see 5x the bases at 0.4 M parameters, `cpu-small` a fifth of them);
+train in about 90 minutes (in the same time `cpu-tiny` would see about 2.5x the bases at 0.4 M parameters,
+`cpu-small` about half);
 the learning rate of the cpu-tiny chr20 runs of reports/bd3lm at the same batch."""
-TRAIN_OVERRIDES = RECIPES["short"]
 DONE = Path("checkpoints") / "DONE"
 MARKOV_ORDERS = (0, 2, 5, 8)
 PAPER = {"mdlm_perplexity": 3.199, "ar_perplexity": 3.067}  # MDLM paper, human genome (HG38), per base
