@@ -34,7 +34,9 @@ from seqdiff.tokenizers import build_tokenizer
 BASELINE = "antithetic"
 """The estimator the ratios are taken against: seqdiff's time sampler before method.time_sampling had a choice."""
 ESTIMATORS = [Estimator("uniform"), Estimator("antithetic"), Estimator("antithetic_jitter"), Estimator("mask_count"),
-              Estimator("mask_count", masks_per_sequence=2)]
+              Estimator("antithetic", masks_per_sequence=2), Estimator("antithetic", complementary=True),
+              Estimator("mask_count", masks_per_sequence=2), Estimator("mask_count", complementary=True)]
+"""Each at B rows per forward: the two-mask estimators (independent or complementary) on B / 2 windows."""
 DEFAULT_OUT = Path("reports") / "variance"
 
 
@@ -123,8 +125,8 @@ def main(argv: list[str] | None = None) -> int:
         x = windows.batch_at(k)["input_ids"]  # (B, L)
         return x if rows is None else x[:rows]
 
-    def factory(time_sampling: str):
-        return build_method(MethodConfig(name="mdlm", time_sampling=time_sampling), tokenizer)
+    def factory(time_sampling: str, **options):
+        return build_method(MethodConfig(name="mdlm", time_sampling=time_sampling, **options), tokenizer)
 
     results, ratios = {}, {}
     for regime in ("fixed_batch", "fresh_batch"):

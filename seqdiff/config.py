@@ -97,6 +97,9 @@ class MethodConfig:
     """Noise of a training draw: mask_count (mdlm: k ~ U{1..n} masked tokens per row, weight n/k; lowest measured
     variance; continuous time, SUBS, no time conditioning), or times one per stratum: antithetic_jitter
     ((u_i + i)/B), antithetic (one shared offset, (u + i/B) mod 1), uniform (i.i.d.). See reports/variance."""
+    complementary_masks: bool = False
+    """mdlm: score each row twice per step, with its mask and the (near-)complementary one (twice the rows per
+    forward; halve data.batch_size for equal cost). Unbiased; see seqdiff/methods/mdlm.py and reports/variance."""
     num_timesteps: int = 0
     """0: continuous-time NELBO; T > 0: the discrete-time NELBO with T steps (d3pm is discrete: 0 means 1000)."""
     t_min: float = 1e-3
@@ -124,6 +127,9 @@ class MethodConfig:
         if self.time_sampling == "mask_count" and self.name != "mdlm":
             raise ConfigError(f"method.time_sampling=mask_count is mdlm's; method.name={self.name} draws times: use "
                               f"antithetic_jitter, antithetic or uniform")
+        if self.complementary_masks and self.name != "mdlm":
+            raise ConfigError(f"method.complementary_masks is mdlm's; method.name={self.name} does not pair its "
+                              f"masks: set it to false")
         if not 0 <= self.t_min < 1:
             raise ConfigError(f"method.t_min must lie in [0, 1), got {self.t_min}")
         if self.subs is not None and not isinstance(self.subs, bool):

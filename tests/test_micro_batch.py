@@ -27,11 +27,12 @@ ENV = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
 MDLM_RECIPE = [r for r in RECIPE if r != "method.name=ar"] + ["method.name=mdlm"]
 
 
+@pytest.mark.parametrize("pairs", [False, True], ids=["", "complementary"])
 @pytest.mark.parametrize("sampling", ["mask_count", "antithetic_jitter", "antithetic"])
-def test_rows_of_mdlm_loss_add_up_to_the_whole_batch(sampling):
+def test_rows_of_mdlm_loss_add_up_to_the_whole_batch(sampling, pairs):
     """sum_j loss(rows_j) * n_j / N is the whole batch's loss, with padding making the n_j unequal."""
     net = TinyNet(5)
-    method = MDLM(MethodConfig(time_sampling=sampling), TOK)
+    method = MDLM(MethodConfig(time_sampling=sampling, complementary_masks=pairs), TOK)
     x0 = torch.randint(0, 3, (6, 5), generator=torch.Generator().manual_seed(0))
     x0[1, 3:] = TOK.pad_id
     x0[4, 1:] = TOK.pad_id

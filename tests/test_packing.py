@@ -227,6 +227,8 @@ def test_ar_packed_loss_is_the_sum_of_its_documents_losses():
 
 @pytest.mark.parametrize("cls,time_conditioning,kw", [
     (MDLM, False, {}), (MDLM, True, {}), (MDLM, False, {"time_sampling": "mask_count"}), (D3PM, False, {}),
+    (MDLM, False, {"complementary_masks": True}),
+    (MDLM, False, {"time_sampling": "mask_count", "complementary_masks": True}),
 ])
 def test_diffusion_packed_loss_is_the_sum_of_its_documents_losses_with_the_same_noise(cls, time_conditioning, kw):
     model = _dit(False, time_conditioning)
@@ -234,10 +236,13 @@ def test_diffusion_packed_loss_is_the_sum_of_its_documents_losses_with_the_same_
     rows = [_docs_row(r, seed=i + 9) for i, r in enumerate(ROWS)]
     batch = _pack(rows, L)
     out = method.loss(model, batch, torch.Generator().manual_seed(4))
-    t, xt, weight = method.draw_noise(batch.input_ids, batch.scored(TOK.pad_id), torch.Generator().manual_seed(4))
-    assert (xt[batch.attention_mask] == TOK.mask_id).any()
+    pairs = method.config.complementary_masks  # rows B + b score row b again, with the partner draw
+    t, xt, weight = method.draw_noise(batch.input_ids, batch.scored(TOK.pad_id), torch.Generator().manual_seed(4),
+                                      pairs)
+    assert (xt[:len(rows)][batch.attention_mask] == TOK.mask_id).any()
     total = torch.zeros((), dtype=torch.float64)
-    for b, docs in enumerate(rows):
+    for b in range(xt.shape[0]):
+        docs = rows[b % len(rows)]
         start = 0
         for doc in docs:
             span = slice(start, start + len(doc))
@@ -249,7 +254,7 @@ def test_diffusion_packed_loss_is_the_sum_of_its_documents_losses_with_the_same_
                 per_token = method.per_token_without_subs(logits, doc[None], xt[b : b + 1, span], t[b : b + 1])
             total += per_token.double().sum()
             start += len(doc)
-    torch.testing.assert_close(out.nll_sum, total, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(out.nll_sum, total / (2 if pairs else 1), rtol=1e-5, atol=1e-5)
 
 
 def test_sedd_packed_loss_is_the_sum_of_its_documents_losses_with_the_same_noise():

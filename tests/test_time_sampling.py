@@ -105,22 +105,26 @@ def test_measure_matches_brute_force_statistics():
         x = torch.roll(data, k, dims=0)
         return x if rows is None else x[:rows]
 
-    def factory(sampling):
-        return MDLM(MethodConfig(time_sampling=sampling), TOK)
+    def factory(sampling, **options):
+        return MDLM(MethodConfig(time_sampling=sampling, **options), TOK)
 
     draws = 10
     for regime in ("fixed_batch", "fresh_batch"):
-        est = [Estimator("antithetic_jitter"), Estimator("mask_count", masks_per_sequence=2)]
+        est = [Estimator("antithetic_jitter"), Estimator("mask_count", masks_per_sequence=2),
+               Estimator("antithetic", complementary=True)]
         stats = measure(factory, net, batch_at, est, draws, regime=regime, seed=3, groups=2)
         for e_index, (e, s) in enumerate(zip(est, stats)):  # redo every draw by hand, keep every gradient
             from seqdiff.data.blocks import step_generator
 
             losses, grads = [], []
             k = e.masks_per_sequence
+            d = 2 if e.complementary else k  # rows per window
             for r in range(draws):
-                x = batch_at(0, None)[: 6 // k] if regime == "fixed_batch" else batch_at(1 + r, 6 // k)
-                x = x.repeat(k, 1)[torch.randperm(6, generator=step_generator(3 + 77, r))]
-                loss = factory(e.time_sampling).loss(net, Batch(x), step_generator(3 * 1_000 + e_index, r)).loss
+                x = batch_at(0, None)[: 6 // d] if regime == "fixed_batch" else batch_at(1 + r, 6 // d)
+                x = x.repeat(k, 1)[torch.randperm(6 // d * k, generator=step_generator(3 + 77, r))]
+                method = factory(e.time_sampling, complementary_masks=e.complementary)
+                assert s.complementary == e.complementary
+                loss = method.loss(net, Batch(x), step_generator(3 * 1_000 + e_index, r)).loss
                 gs = torch.autograd.grad(loss, list(net.parameters()))
                 losses.append(loss.item())
                 grads.append(torch.cat([g.reshape(-1) for g in gs]).double())
@@ -208,3 +212,87 @@ def test_mask_count_refusals():
     net.config.time_conditioning = True
     with pytest.raises(ConfigError, match="time_conditioning"):
         MDLM(MethodConfig(time_sampling="mask_count"), TOK).check_backbone(net)
+
+
+# ------------------------------------------------------------------------------ complementary masks (MDLM)
+@pytest.mark.parametrize("sampling", TIME_SAMPLINGS)
+@pytest.mark.parametrize("T", [0, 4])
+def test_complementary_pairs_unbiased_against_enumerated_nelbo(sampling, T):
+    """The pair's mean averages to the exactly integrated (or summed, T > 0) NELBO, like one draw does."""
+    L = 3
+    net = TinyNet(L)
+    x0 = torch.randint(0, 3, (3, L), generator=torch.Generator().manual_seed(3))
+    method = MDLM(MethodConfig(time_sampling=sampling, num_timesteps=T, complementary_masks=True), TOK)
+    with torch.no_grad():
+        exact = _exact_nelbo(net, x0, method.schedule, T=T or None, n_quad=200).mean().item() / L
+        out = method.loss(net, Batch(x0.repeat(10_000, 1)), torch.Generator().manual_seed(0))
+    est = out.nll_sum.item() / out.num_tokens.item()
+    assert out.num_tokens.item() == 30_000 * L  # each sequence counted once, not twice
+    assert abs(est - exact) / exact < 0.02, (sampling, T, est, exact)
+
+
+def test_complementary_mask_count_pairs_unbiased():
+    L = 4
+    net = TinyNet(L)
+    x0 = torch.randint(0, 3, (3, L), generator=torch.Generator().manual_seed(3))
+    method = MDLM(MethodConfig(time_sampling="mask_count", complementary_masks=True), TOK)
+    with torch.no_grad():
+        exact = _exact_mask_count_nelbo(net, x0).mean().item() / L
+        out = method.loss(net, Batch(x0.repeat(10_000, 1)), torch.Generator().manual_seed(0))
+    est = out.nll_sum.item() / out.num_tokens.item()
+    assert abs(est - exact) / exact < 0.01, (est, exact)
+
+
+def test_complementary_mask_count_partner_is_a_draw_of_its_own_sharing_one_position():
+    """Partner k' = n + 1 - k is uniform on 1..n with weight n / k'; the pair covers every scored position and
+    shares exactly one; padding is never masked."""
+    method = MDLM(MethodConfig(time_sampling="mask_count"), TOK)
+    x0 = torch.tensor([[0, 1, 2, 0, 1, 2], [2, 1, 0, TOK.pad_id, TOK.pad_id, TOK.pad_id]]).repeat(3000, 1)
+    scored = Batch(x0).scored(TOK.pad_id)
+    B = x0.shape[0]
+    t, xt, weight = method.draw_noise(x0, scored, torch.Generator().manual_seed(0), complementary=True)
+    assert xt.shape == (2 * B, 6) and t.shape == weight.shape == (2 * B,)
+    first, partner = xt[:B] == TOK.mask_id, xt[B:] == TOK.mask_id
+    assert not ((first | partner) & ~scored).any()
+    assert torch.equal(first | partner, scored)
+    assert ((first & partner).sum(1) == 1).all()
+    for row, n in ((0, 6), (1, 3)):
+        k2 = partner[row::2].sum(1)
+        counts = torch.bincount(k2, minlength=n + 1)
+        assert counts[0] == 0 and counts[n + 1:].sum() == 0
+        expected = len(k2) / n
+        assert ((counts[1:] - expected).abs() < 5 * math.sqrt(expected)).all(), counts
+        torch.testing.assert_close(weight[B:][row::2], (n / k2).float())
+        torch.testing.assert_close(k2, n + 1 - first[row::2].sum(1))
+
+
+def test_complementary_time_partner_has_the_antithetic_time_and_the_complementary_mask():
+    """Loglinear at the defaults: t' = 1 + t_min - t, and every scored position is masked in exactly one of the
+    two draws but where u falls in a band of width 1 - (1 - eps)(1 + t_min) = 1e-6."""
+    method = MDLM(MethodConfig(time_sampling="antithetic_jitter"), TOK)
+    x0 = torch.randint(0, 3, (4000, 8), generator=torch.Generator().manual_seed(1))
+    x0[::3, 5:] = TOK.pad_id
+    scored = Batch(x0).scored(TOK.pad_id)
+    B = x0.shape[0]
+    t, xt, weight = method.draw_noise(x0, scored, torch.Generator().manual_seed(2), complementary=True)
+    torch.testing.assert_close(t[B:], 1 + method.config.t_min - t[:B])
+    torch.testing.assert_close(weight, method.loss_weight(t))
+    first, partner = xt[:B] == TOK.mask_id, xt[B:] == TOK.mask_id
+    assert not ((first | partner) & ~scored).any()
+    exactly_one = (first ^ partner)[scored].double().mean().item()
+    assert exactly_one > 1 - 1e-3, exactly_one
+    # the partner's own law: each scored position masked with probability p(t') given t'
+    p2 = method.schedule.mask_probability(t[B:])[:, None].expand_as(x0)[scored].double()
+    n = p2.numel()
+    observed = partner[scored].double().sum().item()
+    assert abs(observed - p2.sum().item()) < 5 * math.sqrt((p2 * (1 - p2)).sum().item()), (observed, n)
+    # and without pairs the draw is the one it always was (the same generator calls)
+    t1, xt1, _ = method.draw_noise(x0, scored, torch.Generator().manual_seed(2))
+    torch.testing.assert_close(t1, t[:B])
+    assert torch.equal(xt1, xt[:B])
+
+
+def test_complementary_masks_are_mdlms_only():
+    for name in ("sedd", "d3pm", "bd3lm", "ar"):
+        with pytest.raises(ConfigError, match="complementary_masks is mdlm's"):
+            MethodConfig(name=name, complementary_masks=True)

@@ -16,7 +16,9 @@ Two regimes, both at the same cost per draw (B rows, one forward and backward):
 
 `masks_per_sequence = k`: B / k distinct windows, each repeated k times (tiled, so the copies of a sequence fall
 in strata B / k apart) and masked independently; at fixed data this can only add variance per row, but with
-fresh data it trades data variance for noise variance.
+fresh data it trades data variance for noise variance. `complementary`: B / 2 distinct windows, each scored
+with a mask and its (near-)complement (`method.complementary_masks`), also B rows per forward: the same cost
+and the same data as two independent masks, with the pair's masks coupled instead of independent.
 
 Accumulation is in float64 (running sums of g and ||g||^2 per group of draws), so R draws of a P-parameter
 model cost O(P) memory. Draws are seeded by (seed, estimator index, draw), and every estimator sees the same batches.
@@ -44,11 +46,29 @@ class Estimator:
     """method.time_sampling (seqdiff.schedules.TIME_SAMPLINGS)."""
     masks_per_sequence: int = 1
     """Independent masks of each window in the batch (B / k windows, each k times)."""
+    complementary: bool = False
+    """method.complementary_masks: B / 2 windows, each with a mask and its complement (B rows per forward)."""
+
+    def __post_init__(self) -> None:
+        if self.complementary and self.masks_per_sequence != 1:
+            raise ValueError("complementary pairs are two masks per window already: keep masks_per_sequence=1")
 
     @property
     def label(self) -> str:
+        if self.complementary:
+            return f"{self.time_sampling} complementary pairs"
         k = self.masks_per_sequence
         return self.time_sampling if k == 1 else f"{self.time_sampling} x{k} masks"
+
+    @property
+    def windows_divisor(self) -> int:
+        """The batch of B rows holds B / this distinct windows."""
+        return 2 if self.complementary else self.masks_per_sequence
+
+    @property
+    def method_options(self) -> dict:
+        """MethodConfig keys besides time_sampling that this estimator sets."""
+        return {"complementary_masks": True} if self.complementary else {}
 
 
 @dataclass
@@ -65,6 +85,7 @@ class EstimatorStats:
     grad_var: float
     grad_var_stderr: float
     grad_norm2: float
+    complementary: bool = False
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -85,7 +106,7 @@ def measure(method_factory, backbone: nn.Module, batch_at, estimators: list[Esti
             regime: str = "fixed_batch", seed: int = 0, groups: int = 5) -> list[EstimatorStats]:
     """Statistics of each estimator over `draws` draws at the backbone's current weights.
 
-    method_factory(time_sampling) -> Method; batch_at(k, rows) -> (rows, L) token ids, the k-th batch (a
+    method_factory(time_sampling, **est.method_options) -> Method; batch_at(k, rows) -> (rows, L) token ids, the k-th batch (a
     function of k only). fixed_batch uses batch_at(0, B) for every draw, fresh_batch batch_at(1 + r, B / k).
     The rows of every draw are put in a random order (the same for every estimator at draw r), as a data loader
     would: a stratified sampler ties row i to stratum i, which is unbiased only over the order of the rows.
@@ -102,19 +123,20 @@ def measure(method_factory, backbone: nn.Module, batch_at, estimators: list[Esti
     out = []
     for e_index, est in enumerate(estimators):
         k = est.masks_per_sequence
-        if B % k != 0:
-            raise ValueError(f"masks_per_sequence={k} does not divide the batch of {B} rows")
-        method: Method = method_factory(est.time_sampling)
+        d = est.windows_divisor  # B / d windows per draw
+        if B % d != 0:
+            raise ValueError(f"{est.label}: {d} rows per window do not divide the batch of {B} rows")
+        method: Method = method_factory(est.time_sampling, **est.method_options)
         losses = [[] for _ in range(groups)]
         g_sums: list[Tensor | None] = [None] * groups
         g2_sums = [0.0] * groups
         for r in range(draws):
             if regime == "fixed_batch":
-                x = full if k == 1 else full[: B // k]
+                x = full if d == 1 else full[: B // d]
             else:
-                x = batch_at(1 + r, B // k)  # (B / k, L): the same windows for every estimator at draw r
-            x = x.repeat(k, 1)  # (B, L): copy j of window i at row j * B / k + i
-            x = x[torch.randperm(B, generator=step_generator(seed + 77, r))]  # a data loader's random order
+                x = batch_at(1 + r, B // d)  # (B / d, L): the same windows for every estimator at draw r
+            x = x.repeat(k, 1)  # (B / d * k, L): copy j of window i at row j * B / k + i
+            x = x[torch.randperm(x.shape[0], generator=step_generator(seed + 77, r))]  # a data loader's order
             loss = method.loss(backbone, Batch(x), step_generator(seed * 1_000 + e_index, r)).loss
             g = _grad_vector(loss, params)  # (P,) float64
             j = r % groups
@@ -131,5 +153,6 @@ def measure(method_factory, backbone: nn.Module, batch_at, estimators: list[Esti
                                   regime=regime, draws=draws, loss_mean=float(all_losses.mean()),
                                   loss_mean_stderr=float(all_losses.std() / math.sqrt(draws)),
                                   loss_var=loss_var, loss_var_stderr=float(stderr[0]), grad_var=grad_var,
-                                  grad_var_stderr=float(stderr[1]), grad_norm2=float((g_sum / draws).square().sum())))
+                                  grad_var_stderr=float(stderr[1]), grad_norm2=float((g_sum / draws).square().sum()),
+                                  complementary=est.complementary))
     return out

@@ -17,6 +17,16 @@
   nearly clean row, which is where the time-based draws get most of their variance (reports/variance).
   It estimates the untruncated bound (t_min -> 0, eps -> 0); the time-based draws estimate the one truncated
   at t_min, O(t_min + eps) apart. Needs num_timesteps = 0, SUBS, and no time conditioning.
+- `method.complementary_masks` (off by default; reports/variance): every row is scored twice in one forward, once
+  with its draw and once with a partner draw whose masked set is (nearly) the complement, so that the pair sees
+  every token of the sequence masked once. Each partner is on its own an exact draw of the same estimator, so the
+  pair's mean stays unbiased. Time-based draws: the partner has the antithetic time t' = 1 + t_min - t (uniform
+  on [t_min, 1] like t) and masks position i iff u_i >= 1 - p(t'), from the same uniforms u_i that masked the
+  first draw where u_i < p(t): for loglinear, p(t) + p(t') = (1 - eps)(1 + t_min), so the two sets miss
+  complementarity only where u_i falls in a band of width |1 - (1 - eps)(1 + t_min)| (1e-6 at the defaults).
+  mask_count: the first draw masks the k lowest-ranked positions, the partner the n + 1 - k highest (ranks k..n
+  counted from 1), uniform on 1..n as well; the two share exactly one position. A batch of B rows costs 2B rows
+  of forward and backward: halve data.batch_size to compare at equal cost. The loss is the pair's mean.
 - Micro-batches (`train.micro_batch_size`): `loss(..., rows=slice)` draws the noise of the whole batch and scores
   only those rows, so a batch split into micro-batches sees exactly the noise of the unsplit one.
 - Packed documents (data.text.block_mode=packed, Batch.segment_ids): the backbone keeps attention inside each
@@ -94,25 +104,43 @@ class MDLM(Method):
             return (torch.floor(u * T).clamp(max=T - 1) + 1) / T
         return cfg.t_min + (1 - cfg.t_min) * u
 
-    def draw_noise(self, x0: Tensor, scored: Tensor, generator: torch.Generator | None
-                   ) -> tuple[Tensor, Tensor, Tensor]:
-        """(t (B,), x_t (B, L), weight (B,)): the times, corrupted tokens and loss weights of one training draw."""
+    def draw_noise(self, x0: Tensor, scored: Tensor, generator: torch.Generator | None,
+                   complementary: bool = False) -> tuple[Tensor, Tensor, Tensor]:
+        """(t (B,), x_t (B, L), weight (B,)): the times, corrupted tokens and loss weights of one training draw.
+        complementary: (2B,), (2B, L), (2B,), row B + i the partner of row i (module docstring)."""
         if self.time_sampling == "mask_count":
-            return self.mask_count_noise(x0, scored, generator)
+            return self.mask_count_noise(x0, scored, generator, complementary)
         t = self.sample_times(x0.shape[0], x0.device, generator)  # (B,)
-        xt = self.corrupt(x0, t, scored, generator)  # (B, L)
-        return t, xt, self.loss_weight(t)
+        if not complementary:
+            return t, self.corrupt(x0, t, scored, generator), self.loss_weight(t)
+        u = torch.rand(x0.shape, generator=generator, device=x0.device)  # (B, L), as corrupt() draws them
+        xt = self.mask_where(x0, (u < self.schedule.mask_probability(t)[:, None]) & scored)  # (B, L)
+        t2 = self.config.t_min + 1 - t  # (B,) antithetic: uniform on [t_min, 1] (the grid i/T -> (T + 1 - i)/T)
+        if self.config.num_timesteps > 0:
+            t2 = 1 + 1 / self.config.num_timesteps - t
+        xt2 = self.mask_where(x0, (u >= 1 - self.schedule.mask_probability(t2)[:, None]) & scored)
+        t_both = torch.cat([t, t2])
+        return t_both, torch.cat([xt, xt2]), self.loss_weight(t_both)
 
-    def mask_count_noise(self, x0: Tensor, scored: Tensor, generator: torch.Generator | None
-                         ) -> tuple[Tensor, Tensor, Tensor]:
+    def mask_where(self, x0: Tensor, masked: Tensor) -> Tensor:
+        return torch.where(masked, self.mask_id, x0)
+
+    def mask_count_noise(self, x0: Tensor, scored: Tensor, generator: torch.Generator | None,
+                         complementary: bool = False) -> tuple[Tensor, Tensor, Tensor]:
         """k ~ U{1..n} per row (stratified over the batch), a uniformly random k-subset of the n scored positions
-        masked, weight n / k. t = k / n is what a time-conditioned backbone would see (none may: check_backbone)."""
+        masked, weight n / k. t = k / n is what a time-conditioned backbone would see (none may: check_backbone).
+        complementary: 2B rows, row B + i masking the n + 1 - k highest-ranked positions of row i."""
         n = scored.sum(1)  # (B,) scored tokens per row
         s = stratified_times(x0.shape[0], generator, x0.device)  # (B,) in [0, 1), one per stratum
         k = torch.minimum(1 + torch.floor(s * n), n)  # (B,) uniform on 1..n (0 for a row with nothing scored)
         keys = torch.rand(x0.shape, generator=generator, device=x0.device).masked_fill(~scored, 2.0)  # (B, L)
         rank = keys.argsort(1).argsort(1)  # (B, L) rank of each key in its row; unscored positions rank last
-        xt = torch.where(rank < k[:, None], self.mask_id, x0)  # (B, L) exactly k masked, all scored
+        masked = rank < k[:, None]  # (B, L) exactly k masked, all scored
+        if complementary:  # ranks k - 1 .. n - 1 (0-based): n + 1 - k positions, one shared with the first draw
+            masked = torch.cat([masked, (rank >= (k - 1)[:, None]) & scored])
+            n, k = n.repeat(2), torch.cat([k, torch.where(n > 0, n + 1 - k, 0)])
+            x0 = x0.repeat(2, 1)
+        xt = self.mask_where(x0, masked)
         weight = (n / k.clamp(min=1)).float()  # (B,)
         t = (k / n.clamp(min=1)).float().clamp(min=max(self.config.t_min, 1e-6))
         return t, xt, weight
@@ -176,13 +204,23 @@ class MDLM(Method):
         batch = Batch.from_any(batch)
         x0 = batch.input_ids  # (B, L)
         scored = batch.scored(self.pad_id)  # (B, L) positions that count
-        t, xt, weight = self.draw_noise(x0, scored, generator)  # (B,), (B, L), (B,)
-        attention_mask = batch.attention_mask
+        pairs = self.config.complementary_masks
+        t, xt, weight = self.draw_noise(x0, scored, generator, pairs)  # (B,), (B, L), (B,); (2B, ...) in pairs
+        attention_mask, packing = batch.attention_mask, batch.packing()
         if rows is not None:  # a micro-batch: (b, ...) from here on
-            x0, scored, t, xt, weight = x0[rows], scored[rows], t[rows], xt[rows], weight[rows]
+            x0, scored = x0[rows], scored[rows]
             attention_mask = attention_mask[rows] if attention_mask is not None else None
+            packing = batch.packing(rows)
+            picked = torch.arange(batch.input_ids.shape[0], device=x0.device)[rows]  # (b,) rows of the batch
+            if pairs:  # each row's partner comes along
+                picked = torch.cat([picked, picked + batch.input_ids.shape[0]])
+            t, xt, weight = t[picked], xt[picked], weight[picked]
+        if pairs:  # row b + i scores row i again, with the partner draw
+            x0 = x0.repeat(2, 1)
+            attention_mask = attention_mask.repeat(2, 1) if attention_mask is not None else None
+            packing = {k: v.repeat(2, 1) for k, v in packing.items()}
         logits = backbone(xt, noise_level=self.noise_level(t), attention_mask=attention_mask,
-                          **batch.packing(rows))  # (B, L, V)
+                          **packing)  # (B, L, V)
         if self.subs:
             logits = self.subs_logits(logits)
             nll = F.cross_entropy(logits.flatten(0, 1).float(), x0.flatten(), reduction="none").view_as(x0)
@@ -191,8 +229,10 @@ class MDLM(Method):
         else:
             per_token = self.per_token_without_subs(logits, x0, xt, t)  # (B, L)
         num_tokens = scored.sum().to(torch.float64)
-        loss = per_token.sum() / num_tokens.clamp(min=1).to(per_token.dtype)
-        return MethodOutput(loss=loss, nll_sum=per_token.detach().to(torch.float64).sum(), num_tokens=num_tokens)
+        draws = 2 if pairs else 1  # the pair's mean
+        loss = per_token.sum() / (draws * num_tokens.clamp(min=1)).to(per_token.dtype)
+        return MethodOutput(loss=loss, nll_sum=per_token.detach().to(torch.float64).sum() / draws,
+                            num_tokens=num_tokens)
 
     # ------------------------------------------------------------------ reverse process
     @torch.no_grad()
