@@ -79,21 +79,46 @@ MARKOV_ORDERS = (0, 2, 5, 8)
 PAPER = {"mdlm_perplexity": 3.199, "ar_perplexity": 3.067}  # MDLM paper, human genome (HG38), per base
 
 
-def train_command(method: str, run_dir: Path, recipe: str = "short") -> str:
-    return (f"seqdiff train --config {RECIPE.format(method=method)} --run-dir {run_dir} "
-            + " ".join(RECIPES[recipe]))
+def train_command(method: str, run_dir: Path, recipe: str = "short", resumed_to: int | None = None) -> str:
+    """The command that trained a run; resumed_to: then resumed with a larger train.max_steps (the cosine is
+    recomputed over the new total, so the learning rate rises again and anneals to zero at the new end)."""
+    first = (f"seqdiff train --config {RECIPE.format(method=method)} --run-dir {run_dir} "
+             + " ".join(RECIPES[recipe]))
+    if resumed_to is None:
+        return first
+    overrides = [o for o in RECIPES[recipe] if not o.startswith("train.max_steps=")]
+    return (f"{first}; then seqdiff train --config {RECIPE.format(method=method)} --run-dir {run_dir} --resume "
+            + " ".join([*overrides, f"train.max_steps={resumed_to}"]))
 
 
-def train_runs(runs: Path, recipe: str = "short") -> None:
-    """Train each method's run unless its DONE marker exists; a partial run is resumed."""
+def parse_resumed(values: list[str]) -> dict[str, int]:
+    """--resumed METHOD=STEPS (repeatable) -> {method: steps}."""
+    out = {}
+    for v in values:
+        method, _, steps = v.partition("=")
+        if method not in METHODS or not steps.isdigit():
+            raise SystemExit(f"[dna] --resumed {v!r}: expected METHOD=STEPS with METHOD one of {list(METHODS)}")
+        out[method] = int(steps)
+    return out
+
+
+def train_runs(runs: Path, recipe: str = "short", resumed: dict[str, int] | None = None) -> None:
+    """Train each method's run unless its DONE marker exists; a partial run is resumed. A method in `resumed` is
+    then resumed to its train.max_steps (marker DONE-<steps>)."""
     for method in METHODS:
         run_dir = runs / method
-        if (run_dir / DONE).is_file():
-            print(f"[dna] {run_dir} is done; reusing it", file=sys.stderr)
-            continue
         config = load_run_config(RECIPE.format(method=method), RECIPES[recipe])
-        train(config, run_dir, resume=(run_dir / LAST_CHECKPOINT).is_file())
-        (run_dir / DONE).write_text(time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()) + "\n")
+        parts = [(DONE, config)]
+        if method in (resumed or {}):
+            steps = resumed[method]
+            parts.append((DONE.with_name(f"DONE-{steps}"),
+                          load_run_config(RECIPE.format(method=method), [*RECIPES[recipe], f"train.max_steps={steps}"])))
+        for marker, part in parts:
+            if (run_dir / marker).is_file():
+                print(f"[dna] {run_dir / marker} exists; reusing the run", file=sys.stderr)
+                continue
+            train(part, run_dir, resume=(run_dir / LAST_CHECKPOINT).is_file())
+            (run_dir / marker).write_text(time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()) + "\n")
 
 
 # ---------------------------------------------------------------------------------------------- held-out data
@@ -397,16 +422,17 @@ def table(results: dict) -> str:
 
 def run(runs: Path, out: Path, do_train: bool, max_test_windows: int | None, num_t_samples: int,
         num_samples: int, sample_steps: int, loader_batches: int, loader_rounds: int, command: str,
-        recipe: str = "short") -> dict:
+        recipe: str = "short", resumed: dict[str, int] | None = None) -> dict:
     torch.set_num_threads(1)
     if do_train:
-        train_runs(runs, recipe)
+        train_runs(runs, recipe, resumed)
     for method in METHODS:
         if not (runs / method / LAST_CHECKPOINT).is_file():
             raise SystemExit(f"[dna] no checkpoint at {runs / method / LAST_CHECKPOINT}; pass --train")
     start = time.perf_counter()
     results: dict = {"command": command, "recipe": recipe,
-                     "train_commands": {m: train_command(m, runs / m, recipe) for m in METHODS},
+                     "train_commands": {m: train_command(m, runs / m, recipe, (resumed or {}).get(m))
+                                        for m in METHODS},
                      "models": {}, "seconds": {}}
     load_start = os.getloadavg()[0]
     models = {m: load_checkpoint(runs / m) for m in METHODS}
@@ -523,10 +549,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--loader-rounds", type=int, default=5, help="alternating rounds of 0 and 2 workers")
     p.add_argument("--recipe", choices=sorted(RECIPES), default="short",
                    help="training overrides of --train and of the recorded train commands (RECIPES)")
+    p.add_argument("--resumed", action="append", default=[], metavar="METHOD=STEPS",
+                   help="the method's run was trained with --recipe, then resumed to train.max_steps=STEPS (recorded "
+                        "in the train commands; repeatable)")
     args = p.parse_args(argv)
+    resumed = parse_resumed(args.resumed)
     command = "python -m experiments.dna_experiment " + " ".join(sys.argv[1:] if argv is None else argv)
     run(Path(args.runs), Path(args.out), args.train, args.max_test_windows, args.num_t_samples, args.num_samples,
-        args.sample_steps, args.loader_batches, args.loader_rounds, command.strip(), args.recipe)
+        args.sample_steps, args.loader_batches, args.loader_rounds, command.strip(), args.recipe, resumed)
     return 0
 
 

@@ -154,3 +154,24 @@ def test_pipeline_end_to_end_on_slices(slices, tmp_path, monkeypatch):
         assert r["extrapolation"]["target"] == min(summary["markov_valid"].values())
         assert r["extrapolation"]["fit"] is None
     assert (out / "extrapolation.png").is_file() and "Validation tiles: 8" in text
+
+
+def test_a_resumed_run_records_both_commands_and_trains_both_parts(tmp_path, monkeypatch):
+    """--resumed ar=N: the recorded command is the recipe, then a --resume to train.max_steps=N; train_runs does
+    exactly that, once each, keyed by its markers."""
+    cmd = X.train_command("ar", Path("r/ar"), "long", resumed_to=10_000)
+    first, _, second = cmd.partition("; then ")
+    assert first == X.train_command("ar", Path("r/ar"), "long") and "train.max_steps=6000" in first
+    assert second.endswith("train.max_steps=10000") and "--resume" in second and "max_steps=6000" not in second
+    assert X.parse_resumed(["ar=10000"]) == {"ar": 10_000}
+    for bad in (["gpt=5"], ["ar=ten"], ["ar"]):
+        with pytest.raises(SystemExit, match="METHOD=STEPS"):
+            X.parse_resumed(bad)
+    calls = []
+    monkeypatch.setattr(X, "train", lambda config, run_dir, resume: calls.append(
+        (run_dir.name, config.train.max_steps, resume)) or (run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
+        or (run_dir / X.LAST_CHECKPOINT).touch())
+    X.train_runs(tmp_path, "long", {"ar": 10_000})
+    assert calls == [("mdlm", 6000, False), ("ar", 6000, False), ("ar", 10_000, True)]
+    X.train_runs(tmp_path, "long", {"ar": 10_000})  # every marker there: nothing trains again
+    assert len(calls) == 3
