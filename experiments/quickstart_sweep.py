@@ -42,10 +42,15 @@ CANDIDATES: dict[str, list[str]] = {
     "mask_count": ["method.time_sampling=mask_count"],
     "lr1e-3": ["train.lr=1e-3"],
     "batch16-2000": ["data.batch_size=16", "train.max_steps=2000"],
+    # equal cost to the recipe: 16 windows, each scored with a mask and its complement (32 rows per forward)
+    "complementary-16": ["method.complementary_masks=true", "data.batch_size=16"],
+    "mask_count-complementary-16": ["method.time_sampling=mask_count", "method.complementary_masks=true",
+                                    "data.batch_size=16"],
 }
 """Recipes tried, as overrides of seqdiff.quickstart.QUICKSTART (the preset's width is overridden too).
 `method.*` overrides are MDLM's: AR trains without them, and reuses the run of an earlier candidate whose
-AR overrides are the same (mask_count's AR run is the baseline's)."""
+AR overrides are the same (mask_count's AR run is the baseline's; both complementary candidates' AR run is
+complementary-16's, AR at 16 windows per step)."""
 
 
 def method_overrides(overrides: list[str], method: str) -> list[str]:

@@ -47,6 +47,9 @@ def test_sweep_candidates_are_valid_recipes_and_bad_names_are_refused(capsys):
     assert sweep.run_name("mask_count", sweep.CANDIDATES["mask_count"], "ar", sweep.CANDIDATES) == "baseline"
     assert sweep.run_name("mask_count", sweep.CANDIDATES["mask_count"], "mdlm", sweep.CANDIDATES) == "mask_count"
     assert sweep.run_name("lr4e-3", sweep.CANDIDATES["lr4e-3"], "ar", sweep.CANDIDATES) == "lr4e-3"
+    name = "mask_count-complementary-16"
+    assert sweep.run_name(name, sweep.CANDIDATES[name], "ar", sweep.CANDIDATES) == "complementary-16"
+    assert sweep.candidate_config(name, sweep.CANDIDATES[name], "mdlm").method.complementary_masks
     wide = sweep.candidate_config("w", ["model.hidden_size=192", "model.n_layers=3", "model.n_heads=3"], "ar")
     assert (wide.model.hidden_size, wide.model.n_layers) == (192, 3)  # the preset does not win over the sweep
     with pytest.raises(SystemExit):
