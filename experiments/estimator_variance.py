@@ -27,7 +27,7 @@ import torch
 from seqdiff.config import MODEL_PRESETS, DataConfig, MethodConfig, ModelConfig
 from seqdiff.data.blocks import RandomWindowBatches, step_generator
 from seqdiff.data.text import load_split_arrays
-from seqdiff.evaluation.estimator_variance import Estimator, measure
+from seqdiff.evaluation.estimator_variance import Estimator, mean_gradient_agreement, measure
 from seqdiff.methods import Batch, build_method, build_model
 from seqdiff.tokenizers import build_tokenizer
 
@@ -86,6 +86,11 @@ def render(result: dict) -> str:
                          f"{row['loss_var']:.2e} ± {row['loss_var_stderr']:.1e} | "
                          f"{row['grad_var']:.2e} ± {row['grad_var_stderr']:.1e} | {row['grad_norm2']:.2e} | "
                          f"{ratio['loss_var']:.2f} | {ratio['grad_var']:.2f} |")
+        agree = result.get("mean_gradient_agreement", {}).get(regime)
+        if agree:
+            lines += ["", f"Mean gradient against `{result['baseline']}` on the same batches, "
+                      "||g_bar - g_bar_base||^2 / ((grad var + grad var_base) / draws) (about 1 if they agree, far "
+                      "above 1 if one is biased): " + ", ".join(f"{k} {v:.2f}" for k, v in agree.items())]
     return "\n".join(lines) + "\n"
 
 
@@ -128,10 +133,14 @@ def main(argv: list[str] | None = None) -> int:
     def factory(time_sampling: str, **options):
         return build_method(MethodConfig(name="mdlm", time_sampling=time_sampling, **options), tokenizer)
 
-    results, ratios = {}, {}
+    results, ratios, agreement = {}, {}, {}
     for regime in ("fixed_batch", "fresh_batch"):
-        stats = measure(factory, backbone, batch_at, ESTIMATORS, args.draws, regime=regime, seed=args.seed)
+        means: dict = {}
+        stats = measure(factory, backbone, batch_at, ESTIMATORS, args.draws, regime=regime, seed=args.seed,
+                        mean_gradients=means)
         results[regime] = [s.to_dict() for s in stats]
+        same_data = [s for s in stats if s.label == BASELINE or s.masks_per_sequence == 1 and not s.complementary]
+        agreement[regime] = mean_gradient_agreement({s.label: means[s.label] for s in same_data}, same_data, BASELINE)
         base = next(s for s in stats if s.label == BASELINE)
         ratios[regime] = {s.label: {"loss_var": base.loss_var / s.loss_var, "grad_var": base.grad_var / s.grad_var}
                           for s in stats}
@@ -148,6 +157,7 @@ def main(argv: list[str] | None = None) -> int:
         "baseline": BASELINE,
         "results": results,
         "ratios": ratios,
+        "mean_gradient_agreement": agreement,
         "elapsed_s": round(time.perf_counter() - t0, 1),
     }
     out = Path(args.out)

@@ -296,3 +296,30 @@ def test_complementary_masks_are_mdlms_only():
     for name in ("sedd", "d3pm", "bd3lm", "ar"):
         with pytest.raises(ConfigError, match="complementary_masks is mdlm's"):
             MethodConfig(name=name, complementary_masks=True)
+
+
+def test_mean_gradient_agreement_is_about_one_for_unbiased_estimators_and_large_for_a_biased_one():
+    import dataclasses
+
+    from seqdiff.evaluation.estimator_variance import mean_gradient_agreement
+
+    net = _Linear()
+    data = torch.randint(0, 3, (8, 5), generator=torch.Generator().manual_seed(4))
+
+    class Scaled(MDLM):  # a biased estimator: 1.3 x the NELBO
+        def loss(self, *a, **kw):
+            out = super().loss(*a, **kw)
+            return dataclasses.replace(out, loss=1.3 * out.loss)
+
+    def factory(sampling, **options):
+        cls = Scaled if sampling == "uniform" else MDLM  # "uniform" stands in for the biased one here
+        return cls(MethodConfig(time_sampling="antithetic" if sampling == "uniform" else sampling), TOK)
+
+    est = [Estimator("antithetic"), Estimator("mask_count"), Estimator("uniform")]
+    means: dict = {}
+    stats = measure(factory, net, lambda k, rows: data if rows is None else data[:rows], est, 400, seed=1,
+                    mean_gradients=means)
+    assert set(means) == {"antithetic", "mask_count", "uniform"} and means["antithetic"].dtype == torch.float64
+    agree = mean_gradient_agreement(means, stats, "antithetic")
+    assert agree["mask_count"] < 4, agree  # chi-square-like with mean 1 over many coordinates
+    assert agree["uniform"] > 20, agree

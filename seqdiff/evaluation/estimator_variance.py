@@ -103,7 +103,8 @@ def _variances(losses: Tensor, g_sum: Tensor, g2_sum: float, n: int) -> tuple[fl
 
 
 def measure(method_factory, backbone: nn.Module, batch_at, estimators: list[Estimator], draws: int,
-            regime: str = "fixed_batch", seed: int = 0, groups: int = 5) -> list[EstimatorStats]:
+            regime: str = "fixed_batch", seed: int = 0, groups: int = 5,
+            mean_gradients: dict[str, Tensor] | None = None) -> list[EstimatorStats]:
     """Statistics of each estimator over `draws` draws at the backbone's current weights.
 
     method_factory(time_sampling, **est.method_options) -> Method; batch_at(k, rows) -> (rows, L) token ids, the k-th batch (a
@@ -111,7 +112,8 @@ def measure(method_factory, backbone: nn.Module, batch_at, estimators: list[Esti
     The rows of every draw are put in a random order (the same for every estimator at draw r), as a data loader
     would: a stratified sampler ties row i to stratum i, which is unbiased only over the order of the rows.
     The variances' standard errors come from the spread of the estimates over `groups` disjoint groups of draws
-    (the losses are heavy-tailed near t = 0, so a variance needs many draws).
+    (the losses are heavy-tailed near t = 0, so a variance needs many draws). `mean_gradients`, if given, receives
+    each estimator's mean gradient (label -> (P,) float64), for `mean_gradient_agreement`.
     """
     if regime not in ("fixed_batch", "fresh_batch"):
         raise ValueError(f"regime={regime!r}; choose fixed_batch or fresh_batch")
@@ -145,6 +147,8 @@ def measure(method_factory, backbone: nn.Module, batch_at, estimators: list[Esti
             g2_sums[j] += float(g.square().sum())
         all_losses = torch.tensor([v for group in losses for v in group], dtype=torch.float64)
         g_sum = sum(g_sums[1:], g_sums[0])
+        if mean_gradients is not None:
+            mean_gradients[est.label] = g_sum / draws
         loss_var, grad_var = _variances(all_losses, g_sum, sum(g2_sums), draws)
         per_group = torch.tensor([_variances(torch.tensor(losses[j], dtype=torch.float64), g_sums[j], g2_sums[j],
                                              len(losses[j])) for j in range(groups)], dtype=torch.float64)
@@ -156,3 +160,14 @@ def measure(method_factory, backbone: nn.Module, batch_at, estimators: list[Esti
                                   grad_var_stderr=float(stderr[1]), grad_norm2=float((g_sum / draws).square().sum()),
                                   complementary=est.complementary))
     return out
+
+
+def mean_gradient_agreement(mean_gradients: dict[str, Tensor], stats: list[EstimatorStats], baseline: str
+                            ) -> dict[str, float]:
+    """label -> ||g_bar - g_bar_baseline||^2 / ((grad_var + grad_var_baseline) / draws): about 1 when the two
+    estimators have the same mean gradient (the expected squared distance of two independent sample means),
+    far above 1 when one is biased against the other. Only meaningful between draws on the same batches."""
+    by_label = {s.label: s for s in stats}
+    base, g0 = by_label[baseline], mean_gradients[baseline]
+    return {label: float((g - g0).square().sum()) / ((by_label[label].grad_var + base.grad_var) / base.draws)
+            for label, g in mean_gradients.items() if label != baseline}
