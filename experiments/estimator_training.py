@@ -49,7 +49,7 @@ class Arm:
         return f"{self.time_sampling} complementary pairs" if self.complementary else self.time_sampling
 
 
-ARMS = [Arm("antithetic"), Arm("antithetic_jitter"), Arm("mask_count"), Arm("antithetic", True),
+ARMS = [Arm("antithetic"), Arm("uniform"), Arm("antithetic_jitter"), Arm("mask_count"), Arm("antithetic", True),
         Arm("mask_count", True)]
 EVAL_SAMPLING = "mask_count"
 """The estimator every checkpoint is scored with (the lowest-variance one; unbiased for the untruncated bound)."""
