@@ -193,15 +193,21 @@ def step_to_reach(fit: dict[str, float], target: float) -> float | None:
     return float((fit["a"] / (target - fit["c"])) ** (1 / fit["b"]))
 
 
-def extrapolate(curve: dict[str, list[float]], target: float, warmup_steps: int, bases_per_step: int) -> dict:
+def extrapolate(curve: dict[str, list[float]], target: float, warmup_steps: int, bases_per_step: int,
+                restart_step: int | None = None) -> dict:
     """The validation curve's power-law fit (points after the warm-up) and where it meets `target`.
 
     One run's curve under one cosine schedule: its late points fall faster than a longer schedule's would at
-    the same step (the learning rate anneals), so the crossing read off it is a rough estimate, not a bound."""
+    the same step (the learning rate anneals), so the crossing read off it is a rough estimate, not a bound.
+    restart_step: the run was resumed there with a longer cosine (the learning rate rose again), so no single
+    power law describes the curve and none is fitted."""
     steps = [s for s in curve.get("val_step", []) if s >= warmup_steps]
     bits = curve["val_bits_per_base"][len(curve["val_step"]) - len(steps):] if steps else []
     out: dict = {"target": target, "last_step": curve["val_step"][-1] if curve.get("val_step") else None,
-                 "last_bits": curve["val_bits_per_base"][-1] if curve.get("val_step") else None}
+                 "last_bits": curve["val_bits_per_base"][-1] if curve.get("val_step") else None,
+                 "restart_step": restart_step}
+    if restart_step is not None and out["last_bits"] is not None:
+        return {**out, "fit": None, "crossing_step": None, "crossed": bool(out["last_bits"] < target)}
     if len(steps) < 3:
         return {**out, "fit": None, "crossing_step": None, "crossed": None}
     fit = fit_power_law(steps, bits)
@@ -381,6 +387,8 @@ def extrapolation_lines(results: dict) -> list[str]:
         ex = r["extrapolation"]
         f = ex["fit"]
         fit = "-" if f is None else f"{f['c']:.4f} + {f['a']:.4g} step^-{f['b']:.3f} (rmse {f['rmse']:.4f})"
+        if ex.get("restart_step") is not None:
+            fit = f"not fitted (resumed at step {ex['restart_step']} with a longer cosine)"
         if ex["crossed"]:
             cross = "already below it"
         elif f is not None and f.get("at_grid_edge"):
@@ -474,11 +482,12 @@ def run(runs: Path, out: Path, do_train: bool, max_test_windows: int | None, num
     results["valid_tiles"] = n_val
     results["seconds"]["markov"] = time.perf_counter() - t
     best_order, best_bits = min(results["markov_valid"].items(), key=lambda kv: kv[1])
+    recipe_steps = load_run_config(RECIPE.format(method="ar"), RECIPES[recipe]).train.max_steps  # where resumes began
     for method in METHODS:
         results["models"][method]["extrapolation"] = {
             "markov_order": best_order,
             **extrapolate(results["models"][method]["curves"], best_bits, train_cfg.warmup_steps,
-                          cfg.batch_size * cfg.seq_len)}
+                          cfg.batch_size * cfg.seq_len, restart_step=recipe_steps if method in (resumed or {}) else None)}
     results["train_bases"] = sum(len(iv) for iv in dm.split_intervals("train"))
 
     # realism: generated vs held-out test sequence, with real and shuffled validation windows of the same size

@@ -175,3 +175,13 @@ def test_a_resumed_run_records_both_commands_and_trains_both_parts(tmp_path, mon
     assert calls == [("mdlm", 6000, False), ("ar", 6000, False), ("ar", 10_000, True)]
     X.train_runs(tmp_path, "long", {"ar": 10_000})  # every marker there: nothing trains again
     assert len(calls) == 3
+
+
+def test_a_resumed_curve_is_not_fitted_but_says_whether_it_crossed():
+    curve = {"val_step": [100, 200, 300, 400, 500], "val_bits_per_base": [2.0, 1.9, 1.85, 1.95, 1.80]}
+    ex = X.extrapolate(curve, 1.82, warmup_steps=50, bases_per_step=10, restart_step=300)
+    assert ex["fit"] is None and ex["crossed"] is True and ex["restart_step"] == 300
+    lines = X.extrapolation_lines({"markov_valid": {"order_8": 1.82}, "valid_tiles": 4,
+                                   "models": {"ar": {"extrapolation": ex}}})
+    assert "not fitted (resumed at step 300" in lines[-1] and "already below it" in lines[-1]
+    assert X.extrapolate(curve, 1.82, 50, 10)["restart_step"] is None
