@@ -111,8 +111,8 @@ def train_runs(runs: Path, recipe: str = "short", resumed: dict[str, int] | None
         parts = [(DONE, config)]
         if method in (resumed or {}):
             steps = resumed[method]
-            parts.append((DONE.with_name(f"DONE-{steps}"),
-                          load_run_config(RECIPE.format(method=method), [*RECIPES[recipe], f"train.max_steps={steps}"])))
+            longer = load_run_config(RECIPE.format(method=method), [*RECIPES[recipe], f"train.max_steps={steps}"])
+            parts.append((DONE.with_name(f"DONE-{steps}"), longer))
         for marker, part in parts:
             if (run_dir / marker).is_file():
                 print(f"[dna] {run_dir / marker} exists; reusing the run", file=sys.stderr)
@@ -487,7 +487,8 @@ def run(runs: Path, out: Path, do_train: bool, max_test_windows: int | None, num
         results["models"][method]["extrapolation"] = {
             "markov_order": best_order,
             **extrapolate(results["models"][method]["curves"], best_bits, train_cfg.warmup_steps,
-                          cfg.batch_size * cfg.seq_len, restart_step=recipe_steps if method in (resumed or {}) else None)}
+                          cfg.batch_size * cfg.seq_len,
+                          restart_step=recipe_steps if method in (resumed or {}) else None)}
     results["train_bases"] = sum(len(iv) for iv in dm.split_intervals("train"))
 
     # realism: generated vs held-out test sequence, with real and shuffled validation windows of the same size

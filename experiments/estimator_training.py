@@ -17,7 +17,6 @@ import argparse
 import datetime as dt
 import json
 import math
-import os
 import shlex
 import sys
 import time
@@ -32,6 +31,7 @@ from seqdiff.data.blocks import RandomWindowBatches, step_generator
 from seqdiff.data.text import load_split_arrays
 from seqdiff.methods import Batch, build_method, build_model
 from seqdiff.optim import adamw_with_warmup, lr_multiplier
+from seqdiff.safe_io import atomic_write_text
 from seqdiff.tokenizers import build_tokenizer
 
 DEFAULT_OUT = Path("reports") / "variance" / "training"
@@ -70,13 +70,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     p.add_argument("--out", default=str(DEFAULT_OUT), help="output folder")
     return p
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def validation_bits(method, backbone, windows: torch.Tensor, draws: int, batch: int = 64) -> float:
@@ -119,7 +112,8 @@ def train_arm(arm: Arm, seed: int, args, tokenizer, train_windows, valid: torch.
 
 def render(result: dict) -> str:
     cfg = result["config"]
-    lines = [f"Made by `{result['command']}` on {result['date']} ({result['elapsed_s']:.0f} s, torch {result['torch']}, "
+    lines = [f"Made by `{result['command']}` on {result['date']} ({result['elapsed_s']:.0f} s, "
+             f"torch {result['torch']}, "
              f"{result['threads']} threads). DiT preset {cfg['preset']}, {cfg['batch_size']} rows of {cfg['seq_len']} "
              f"characters per forward, AdamW lr {cfg['lr']} ({cfg['warmup']} warm-up steps, then constant), "
              f"gradient clip 1.0, {cfg['steps']} steps, seeds 0..{cfg['seeds'] - 1}. Validation: "
@@ -175,8 +169,8 @@ def main(argv: list[str] | None = None) -> int:
               "threads": torch.get_num_threads(), "config": vars(args), "steps": steps, "summary": summary,
               "runs": runs, "elapsed_s": round(time.perf_counter() - t0, 1)}
     out = Path(args.out)
-    _write_atomically(out / "results.json", json.dumps(result, indent=2) + "\n")
-    _write_atomically(out / "table.md", render(result))
+    atomic_write_text(out / "results.json", json.dumps(result, indent=2) + "\n")
+    atomic_write_text(out / "table.md", render(result))
     print(render(result))
     return 0
 

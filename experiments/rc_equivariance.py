@@ -31,16 +31,14 @@ from pathlib import Path
 import torch
 from torch.utils.data import DataLoader, Subset
 
+from experiments.dna_experiment import evenly
 from seqdiff.backbones.rc_equivariant import conjoin_loaded, rc_logits, rc_tokens
 from seqdiff.checkpoint import LoadedModel, load_checkpoint
 from seqdiff.config import load_run_config
 from seqdiff.data import build_data_module
 from seqdiff.evaluation.generate import write_atomically
 from seqdiff.evaluation.likelihood import evaluate_batches
-from seqdiff.methods.base import Batch
 from seqdiff.training.run import LAST_CHECKPOINT, train
-
-from experiments.dna_experiment import evenly
 
 LN2 = 0.6931471805599453
 TWIN_OVERRIDES = ["model.rc_equivariant=shared", "train.progress_bar=false"]
@@ -93,7 +91,8 @@ def run(plain: Path, twin: Path, out: Path, do_train: bool, max_test_windows: in
         train_twin(plain, twin)
     for run_dir in (plain, twin, *also):
         if not (run_dir / LAST_CHECKPOINT).is_file():
-            raise SystemExit(f"[rc] no checkpoint at {run_dir / LAST_CHECKPOINT}" + ("" if do_train else "; pass --train"))
+            hint = "" if do_train else "; pass --train"
+            raise SystemExit(f"[rc] no checkpoint at {run_dir / LAST_CHECKPOINT}{hint}")
     start, load_start = time.perf_counter(), os.getloadavg()[0]
     models = {"plain": load_checkpoint(plain), "conjoined (post hoc)": conjoin_loaded(load_checkpoint(plain)),
               "equivariant (shared)": load_checkpoint(twin)}

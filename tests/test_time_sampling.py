@@ -68,18 +68,22 @@ def test_unknown_sampling_refused():
         from_dict(MethodConfig, {"time_sampling": "sobol"})
 
 
+@pytest.mark.parametrize("pairs", [False, True], ids=["", "complementary"])
 @pytest.mark.parametrize("sampling", TIME_SAMPLINGS)
 @pytest.mark.parametrize("T", [0, 4])
-def test_mc_loss_unbiased_against_enumerated_nelbo(sampling, T):
-    """Each sampler's Monte Carlo loss averages to the exactly integrated (or summed, T > 0) NELBO."""
+def test_mc_loss_unbiased_against_enumerated_nelbo(sampling, T, pairs):
+    """Each sampler's Monte Carlo loss averages to the exactly integrated (or summed, T > 0) NELBO; so does the
+    mean of a complementary pair (half the windows: the same rows per forward)."""
     L = 3
     net = TinyNet(L)
     x0 = torch.randint(0, 3, (3, L), generator=torch.Generator().manual_seed(3))
-    method = MDLM(MethodConfig(time_sampling=sampling, num_timesteps=T), TOK)
+    method = MDLM(MethodConfig(time_sampling=sampling, num_timesteps=T, complementary_masks=pairs), TOK)
+    reps = 10_000 if pairs else 20_000
     with torch.no_grad():
         exact = _exact_nelbo(net, x0, method.schedule, T=T or None, n_quad=200).mean().item() / L
-        out = method.loss(net, Batch(x0.repeat(20_000, 1)), torch.Generator().manual_seed(0))
+        out = method.loss(net, Batch(x0.repeat(reps, 1)), torch.Generator().manual_seed(0))
     est = out.nll_sum.item() / out.num_tokens.item()
+    assert out.num_tokens.item() == 3 * reps * L  # each sequence counted once, not twice
     assert abs(est - exact) / exact < 0.02, (sampling, T, est, exact)
 
 
@@ -168,14 +172,15 @@ def test_mask_count_is_the_time_integral_without_truncation():
     assert not torch.allclose(by_count, by_time, rtol=1e-6, atol=0)  # the truncation is there, and small
 
 
-def test_mask_count_mc_loss_unbiased():
+@pytest.mark.parametrize("pairs", [False, True], ids=["", "complementary"])
+def test_mask_count_mc_loss_unbiased(pairs):
     L = 4
     net = TinyNet(L)
     x0 = torch.randint(0, 3, (3, L), generator=torch.Generator().manual_seed(3))
-    method = MDLM(MethodConfig(time_sampling="mask_count"), TOK)
+    method = MDLM(MethodConfig(time_sampling="mask_count", complementary_masks=pairs), TOK)
     with torch.no_grad():
         exact = _exact_mask_count_nelbo(net, x0).mean().item() / L
-        out = method.loss(net, Batch(x0.repeat(20_000, 1)), torch.Generator().manual_seed(0))
+        out = method.loss(net, Batch(x0.repeat(10_000 if pairs else 20_000, 1)), torch.Generator().manual_seed(0))
     est = out.nll_sum.item() / out.num_tokens.item()
     assert abs(est - exact) / exact < 0.01, (est, exact)
 
@@ -215,34 +220,6 @@ def test_mask_count_refusals():
 
 
 # ------------------------------------------------------------------------------ complementary masks (MDLM)
-@pytest.mark.parametrize("sampling", TIME_SAMPLINGS)
-@pytest.mark.parametrize("T", [0, 4])
-def test_complementary_pairs_unbiased_against_enumerated_nelbo(sampling, T):
-    """The pair's mean averages to the exactly integrated (or summed, T > 0) NELBO, like one draw does."""
-    L = 3
-    net = TinyNet(L)
-    x0 = torch.randint(0, 3, (3, L), generator=torch.Generator().manual_seed(3))
-    method = MDLM(MethodConfig(time_sampling=sampling, num_timesteps=T, complementary_masks=True), TOK)
-    with torch.no_grad():
-        exact = _exact_nelbo(net, x0, method.schedule, T=T or None, n_quad=200).mean().item() / L
-        out = method.loss(net, Batch(x0.repeat(10_000, 1)), torch.Generator().manual_seed(0))
-    est = out.nll_sum.item() / out.num_tokens.item()
-    assert out.num_tokens.item() == 30_000 * L  # each sequence counted once, not twice
-    assert abs(est - exact) / exact < 0.02, (sampling, T, est, exact)
-
-
-def test_complementary_mask_count_pairs_unbiased():
-    L = 4
-    net = TinyNet(L)
-    x0 = torch.randint(0, 3, (3, L), generator=torch.Generator().manual_seed(3))
-    method = MDLM(MethodConfig(time_sampling="mask_count", complementary_masks=True), TOK)
-    with torch.no_grad():
-        exact = _exact_mask_count_nelbo(net, x0).mean().item() / L
-        out = method.loss(net, Batch(x0.repeat(10_000, 1)), torch.Generator().manual_seed(0))
-    est = out.nll_sum.item() / out.num_tokens.item()
-    assert abs(est - exact) / exact < 0.01, (est, exact)
-
-
 def test_complementary_mask_count_partner_is_a_draw_of_its_own_sharing_one_position():
     """Partner k' = n + 1 - k is uniform on 1..n with weight n / k'; the pair covers every scored position and
     shares exactly one; padding is never masked."""

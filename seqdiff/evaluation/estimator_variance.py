@@ -107,8 +107,9 @@ def measure(method_factory, backbone: nn.Module, batch_at, estimators: list[Esti
             mean_gradients: dict[str, Tensor] | None = None) -> list[EstimatorStats]:
     """Statistics of each estimator over `draws` draws at the backbone's current weights.
 
-    method_factory(time_sampling, **est.method_options) -> Method; batch_at(k, rows) -> (rows, L) token ids, the k-th batch (a
-    function of k only). fixed_batch uses batch_at(0, B) for every draw, fresh_batch batch_at(1 + r, B / k).
+    method_factory(time_sampling, **est.method_options) -> Method; batch_at(k, rows) -> (rows, L) token ids, the
+    k-th batch (a function of k only). fixed_batch uses batch_at(0, B) for every draw, fresh_batch
+    batch_at(1 + r, B / d), d = est.windows_divisor.
     The rows of every draw are put in a random order (the same for every estimator at draw r), as a data loader
     would: a stratified sampler ties row i to stratum i, which is unbiased only over the order of the rows.
     The variances' standard errors come from the spread of the estimates over `groups` disjoint groups of draws
