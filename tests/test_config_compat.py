@@ -97,9 +97,15 @@ def test_validation_names_the_new_keys():
 
 
 def test_config_keys_lists_the_new_keys():
+    """Also: building the command table loads no training stack (Lightning takes seconds to import, and every
+    `seqdiff` command, --help included, builds the table first)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    out = subprocess.run([sys.executable, "-m", "seqdiff.cli", "config", "--keys"], capture_output=True, text=True,
-                         env=env, check=True).stdout
+    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "seqdiff.cli", "config", "--keys"],
+                          capture_output=True, text=True, env=env, check=True)
+    loaded = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time")}
+    heavy = loaded & {"lightning", "transformers", "seqdiff.training.module"}
+    assert not heavy, heavy
+    out = done.stdout
     for key in ("data.text.block_mode", "data.text.cache_min_bytes", "data.fasta.path", "data.fasta.split_mode",
                 "data.fasta.keep_soft_mask", "data.seq_len"):
         assert f"  {key} " in out, key

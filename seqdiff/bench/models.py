@@ -19,7 +19,7 @@ from torch import nn
 from seqdiff.backbones import build_backbone
 from seqdiff.config import MethodConfig, ModelConfig
 from seqdiff.methods import AR, MDLM, Batch
-from seqdiff.training.module import adamw_implementation
+from seqdiff.optim import adamw_implementation
 
 TRAIN_MODELS = ("seqdiff_bidirectional", "hf_bert", "hf_bert_gelu_new", "seqdiff_causal", "hf_gpt2")
 SEQDIFF_MODELS = ("seqdiff_bidirectional", "seqdiff_causal")

@@ -54,7 +54,7 @@ import torch
 from seqdiff.config import ConfigError, MethodConfig, ModelConfig, TrainConfig, from_dict
 from seqdiff.data.blocks import step_generator
 from seqdiff.methods import Batch, MethodOutput, build_model
-from seqdiff.optim import (  # noqa: F401 (pipelines/bench.py imports adamw_implementation from here)
+from seqdiff.optim import (  # noqa: F401 (tests read adamw_implementation here)
     adamw_implementation,
     adamw_with_warmup,
     decay_groups,
