@@ -100,6 +100,10 @@ class MethodConfig:
     complementary_masks: bool = False
     """mdlm: score each row twice per step, with its mask and the (near-)complementary one (twice the rows per
     forward; halve data.batch_size for equal cost). Unbiased; see seqdiff/methods/mdlm.py and reports/variance."""
+    head_at_masked: bool = True
+    """mdlm with SUBS: compute the output head only at masked positions, the only ones with a loss (same loss;
+    at a large vocabulary, e.g. GPT-2's, it saves the head's work and memory at the unmasked half). Needs a
+    backbone that selects outputs (dit, bert); others compute every position."""
     num_timesteps: int = 0
     """0: continuous-time NELBO; T > 0: the discrete-time NELBO with T steps (d3pm is discrete: 0 means 1000)."""
     t_min: float = 1e-3

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from seqdiff.bench import main
-from seqdiff.bench.models import TRAIN_MODELS, expected_cached_speedup
+from seqdiff.bench.models import FULL_HEAD_MODEL, TRAIN_MODELS, expected_cached_speedup, vocab_stub
 from seqdiff.config import MethodConfig
 from seqdiff.methods import MDLM
 
@@ -133,9 +133,22 @@ def test_activation_option_picks_the_same_activation_contenders():
 
 
 @pytest.mark.slow
-def test_bench_with_exact_gelu_runs_end_to_end(tmp_path, keep_threads):
-    assert main([*TINY, "--activation", "gelu", "--out", str(tmp_path)]) == 0
+def test_bench_with_exact_gelu_and_the_full_head_runs_end_to_end(tmp_path, keep_threads):
+    assert main([*TINY, "--activation", "gelu", "--full-head", "--out", str(tmp_path)]) == 0
     data = json.loads((tmp_path / "bench.json").read_text())
     assert data["config"]["activation"] == "gelu" and "hf_gpt2_gelu" in data["train_tokens_per_s"]
     md = (tmp_path / "bench.md").read_text()
     assert "exact GELU in the seqdiff models" in md and "--activation gelu" in md
+    # --full-head: the MDLM with its head at every position, timed beside the default
+    full = FULL_HEAD_MODEL
+    assert data["config"]["full_head"] and full in data["train_tokens_per_s"] and full in data["peak_memory_mb"]
+    head = data["ratio_head_at_masked_vs_full_head"]
+    assert head["n"] == 2 and head["median"] > 0
+    share = data["head_share"]["seqdiff_bidirectional"]
+    assert share == pytest.approx(MDLM(MethodConfig(), _vocab(data)).masked_share())
+    assert data["flops_per_token"][full] > data["flops_per_token"]["seqdiff_bidirectional"]  # the whole head counts
+    assert f"| {full} |" in md and "**Output head at the masked positions**" in md
+
+
+def _vocab(data):
+    return vocab_stub(data["config"]["vocab_size"])

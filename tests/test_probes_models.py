@@ -102,8 +102,9 @@ def test_rc_both_keeps_a_plain_models_two_strands_side_by_side():
     model = backbone(False)
     seq = "AACGTTTGCAGGCA"
     L, H = len(seq), model.config.hidden_size
-    both = embed_sequences(BackboneEncoder(model, TOK.complement_ids, rc_both=True, pool="flatten", length=L), TOK, [seq])
-    avg = embed_sequences(BackboneEncoder(model, TOK.complement_ids, rc_average=True, pool="flatten", length=L), TOK, [seq])
+    comp = TOK.complement_ids
+    both = embed_sequences(BackboneEncoder(model, comp, rc_both=True, pool="flatten", length=L), TOK, [seq])
+    avg = embed_sequences(BackboneEncoder(model, comp, rc_average=True, pool="flatten", length=L), TOK, [seq])
     plain = embed_sequences(BackboneEncoder(model, TOK.complement_ids, pool="flatten", length=L), TOK, [seq])
     assert both.shape == (1, 2 * L * H)
     np.testing.assert_allclose(both[:, : L * H], plain, atol=1e-6)

@@ -20,7 +20,8 @@ def test_plain_conjoined_and_equivariant_side_by_side(tmp_path):
         shutil.copy(FIXTURES / f"{STEM}{suffix}", tmp_path / f"{STEM}{suffix}")
     overrides = {"model.preset": "test", "model.max_seq_len": 64, "data.seq_len": 64, "data.batch_size": 4,
                  "data.eval_batch_size": 8, "data.kind": "fasta", "data.tokenizer": "nucleotide",
-                 "data.fasta": tmp_path / f"{STEM}.fa.gz", "data.split_mode": "bed", "data.bed": tmp_path / f"{STEM}.bed",
+                 "data.fasta": tmp_path / f"{STEM}.fa.gz", "data.split_mode": "bed",
+                 "data.bed": tmp_path / f"{STEM}.bed",
                  "method.name": "mdlm", "train.max_steps": 2, "train.val_every": 2, "train.val_batches": 1,
                  "train.log_every": 1, "train.warmup_steps": 1, "train.progress_bar": "false"}
     plain, twin, out = tmp_path / "plain", tmp_path / "twin", tmp_path / "report"

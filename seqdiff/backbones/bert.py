@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from seqdiff.backbones.activations import ACTIVATIONS
-from seqdiff.backbones.dit import init_normal_002
+from seqdiff.backbones.dit import init_normal_002, select_positions
 from seqdiff.config import ConfigError, ModelConfig
 
 LAYER_NORM_EPS = 1e-12
@@ -119,6 +119,8 @@ class Bert(nn.Module):
 
     takes_segment_ids = True
     """Takes packed documents (`segment_ids`, per-row `positions` into its position table)."""
+    selects_outputs = True
+    """forward(output_index=...) runs the masked-LM head at those positions only (as the DiT)."""
 
     def __init__(self, cfg: ModelConfig, vocab_size: int, causal: bool) -> None:
         super().__init__()
@@ -139,10 +141,11 @@ class Bert(nn.Module):
 
     def forward(self, input_ids: Tensor, noise_level: Tensor | None = None,
                 attention_mask: Tensor | None = None, *, segment_ids: Tensor | None = None,
-                positions: Tensor | None = None) -> Tensor:
-        """Logits (B, L, vocab_size) in float32; `noise_level` is accepted and ignored (no time conditioning)."""
-        return self.output(self.hidden_states(input_ids, noise_level, attention_mask, segment_ids=segment_ids,
-                                              positions=positions))
+                positions: Tensor | None = None, output_index: Tensor | None = None) -> Tensor:
+        """Logits (B, L, vocab_size) in float32; `noise_level` is accepted and ignored (no time conditioning).
+        output_index: (N,) flat positions b * L + i, the logits (N, V) of those only (DiT.forward)."""
+        h = self.hidden_states(input_ids, noise_level, attention_mask, segment_ids=segment_ids, positions=positions)
+        return self.output(select_positions(h, output_index))
 
     def output(self, h: Tensor) -> Tensor:
         """Hidden states (B, L, H) -> logits (B, L, V) through the masked-LM head."""

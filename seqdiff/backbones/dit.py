@@ -127,6 +127,13 @@ class KVCache:
                        blockwise=self.blockwise)
 
 
+def select_positions(h: Tensor, output_index: Tensor | None) -> Tensor:
+    """(B, L, H) -> (N, H) at the flat positions `output_index` (N,), or h unchanged when it is None."""
+    if output_index is None:
+        return h
+    return h.flatten(0, 1).index_select(0, output_index)  # (N, H)
+
+
 def modulate(x: Tensor, shift: Tensor, scale: Tensor) -> Tensor:
     """adaLN: x * (1 + scale) + shift, with shift / scale (B, 1, H) broadcast over positions."""
     return torch.addcmul(shift, x, 1 + scale)
@@ -249,6 +256,8 @@ class DiT(nn.Module):
 
     takes_segment_ids = True
     """Takes packed documents (`segment_ids`, per-row `positions`): data.text.block_mode=packed may use it."""
+    selects_outputs = True
+    """forward(output_index=...) computes the output head at those positions only (MDLM: the masked ones)."""
     packed_attention = "auto"
     """Kernel for packed documents: "auto" (`packed_attention_kernel`), or "flex" / "sdpa" to force one."""
 
@@ -294,11 +303,16 @@ class DiT(nn.Module):
         positions: Tensor | None = None,
         update_cache: bool = True,
         segment_ids: Tensor | None = None,
+        output_index: Tensor | None = None,
     ) -> Tensor:
-        """Logits (B, L, vocab_size) in float32. See `hidden_states` for the arguments."""
+        """Logits (B, L, vocab_size) in float32. See `hidden_states` for the arguments.
+
+        output_index: LongTensor (N,) of flat positions b * L + i: the logits (N, V) of those positions only, so
+        a loss that lives on a few positions (MDLM's masked ones) skips the output head everywhere else.
+        """
         h = self.hidden_states(input_ids, noise_level, attention_mask, kv_cache=kv_cache, attn_mask=attn_mask,
                                positions=positions, update_cache=update_cache, segment_ids=segment_ids)  # (B, L, H)
-        return self.output(h).float()  # (B, L, V)
+        return self.output(select_positions(h, output_index)).float()  # (B, L, V) or (N, V)
 
     def head_parameters(self) -> list[nn.Parameter]:
         """The output head: what acts after the last block (final LayerNorm or its adaLN modulation, output Linear).
@@ -424,8 +438,11 @@ class DiT(nn.Module):
         n = sum(p.numel() for p in self.parameters())
         return n - self.embed.weight.numel() if exclude_embedding else n
 
-    def flops_per_token(self, seq_len: int) -> int:
+    def flops_per_token(self, seq_len: int, head_share: float = 1.0) -> int:
         """Training FLOPs per token (forward + backward): 6 * N + 12 * n_layers * hidden_size * seq_len.
+
+        head_share: the share of positions at which the output projection runs (MDLM's method.head_at_masked:
+        the expected masked share, `MDLM.masked_share`); its weights count only that often.
 
         The convention of PaLM (Chowdhery et al. 2022, appendix B), also nanoGPT's MFU estimate: 2 FLOPs
         per multiply-accumulate, x3 for forward + backward. N counts the parameters applied at every token:
@@ -437,8 +454,9 @@ class DiT(nn.Module):
         per_sequence = {id(p) for m in self._conditioning_modules() for p in m.parameters()}
         n = sum(p.numel() for p in self.parameters() if id(p) not in per_sequence)
         n -= self.embed.weight.numel()
+        n -= (1 - head_share) * sum(p.numel() for p in self.output.parameters())
         cfg = self.config
-        return 6 * n + 12 * cfg.n_layers * cfg.hidden_size * seq_len
+        return round(6 * n + 12 * cfg.n_layers * cfg.hidden_size * seq_len)
 
     # ------------------------------------------------------------------------------------------------
     # Internals

@@ -94,6 +94,10 @@ def check_complement(complement_ids: Tensor | None, vocab_size: int, what: str) 
 class RCEquivariant(nn.Module):
     """Wraps a bidirectional backbone so that its logits and hidden states are RC-equivariant (see module doc)."""
 
+    selects_outputs = False
+    """Not forwarded to the inner backbone: a position's logits combine two strands' (i and L-1-i), so MDLM's
+    method.head_at_masked computes every position here."""
+
     def __init__(self, inner: nn.Module, complement_ids: Tensor, mode: Literal["shared", "conjoined"] = "shared"
                  ) -> None:
         super().__init__()
@@ -157,7 +161,6 @@ class RCEquivariant(nn.Module):
 
         RC acts on it by flipping along L and swapping the two halves.
         """
-        B = input_ids.shape[0]
         by_layer = {} if layer is None else {"layer": layer}  # backbones without intermediate layers take none
         h = self.inner.hidden_states(*self._both_strands(input_ids, noise_level, attention_mask), **by_layer)
         return self.pair_strands(h)  # (B, L, 2H)
@@ -188,8 +191,8 @@ class RCEquivariant(nn.Module):
     def new_kv_cache(self, *args, **kwargs):
         raise ValueError("an RC-equivariant backbone is bidirectional: it has no kv_cache")
 
-    def flops_per_token(self, seq_len: int) -> int:
-        """Twice the inner backbone's (both strands are computed)."""
+    def flops_per_token(self, seq_len: int, head_share: float = 1.0) -> int:
+        """Twice the inner backbone's (both strands are computed, the head at every position: head_share ignored)."""
         return 2 * self.inner.flops_per_token(seq_len)
 
 

@@ -70,6 +70,7 @@ from seqdiff.bench.measure import (
 from seqdiff.bench.models import (
     CACHED_SPEEDUP_TARGET,
     DEFAULT_OUT,
+    FULL_HEAD_MODEL,
     PAIRS,
     SAMPLERS,
     SEQDIFF_MODELS,
@@ -127,6 +128,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--matmul-size", type=int, default=2048, help="n of the n x n @ n x n reference matmul")
     p.add_argument("--compile", action="store_true",
                    help="torch.compile the seqdiff models (train.compile); Hugging Face's stay eager, their default")
+    p.add_argument("--full-head", action="store_true",
+                   help="also time the MDLM with the output head at every position (method.head_at_masked=false), "
+                   "side by side with the default that runs it at the masked positions only")
     p.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda, cuda:1, ...")
     p.add_argument("--threads", type=int, default=0,
                    help="torch intra-op threads (0 = torch's default, usually the number of cores)")
@@ -161,16 +165,21 @@ def bench_training(shape: Shape, args: argparse.Namespace, device: torch.device,
                    log: Callable[[str], None]) -> dict[str, Any]:
     """Interleaved training rounds (+ the reference matmul as one more contender), then one profiled step each."""
     models, steps = {}, {}
-    names = train_models(shape.activation)
+    names = train_models(shape.activation, args.full_head)
+    ours = [name for name in names if name in SEQDIFF_MODELS or name == FULL_HEAD_MODEL]
     for i, name in enumerate(names):
         torch.manual_seed(args.seed + i)
         models[name] = build_model(name, shape).to(device)
-        if args.compile and name in SEQDIFF_MODELS:  # as train.compile does it: in place, compiled at warm-up
+        if args.compile and name in ours:  # as train.compile does it: in place, compiled at warm-up
             models[name].compile()
         steps[name] = make_train_step(name, models[name], shape, device, args.seed)
     matmul, matmul_flop = make_matmul(args.matmul_size, device, args.seed)
     params = {name: num_params(m) for name, m in models.items()}
-    flops_per_token = {name: int(models[name].flops_per_token(shape.seq_len)) for name in SEQDIFF_MODELS}
+    # MDLM runs the output head at the masked positions only (method.head_at_masked): count it that often
+    masked = MDLM(MethodConfig(name="mdlm"), vocab_stub(shape.vocab_size)).masked_share()
+    head_share = {"seqdiff_bidirectional": masked}
+    flops_per_token = {name: int(models[name].flops_per_token(shape.seq_len, head_share.get(name, 1.0)))
+                       for name in ours}
 
     log(f"warm-up: {args.warmup} steps per model")
     for name in names:
@@ -212,7 +221,7 @@ def bench_training(shape: Shape, args: argparse.Namespace, device: torch.device,
         return max(tok_s[a]) / max(tok_s[b])
 
     fraction = {name: [t * flops_per_token[name] / m for t, m in zip(tok_s[name], mm_rate, strict=True)]
-                for name in SEQDIFF_MODELS}
+                for name in ours}
     log("profiling training steps of each model")
     profiles = {}
     for name in names:  # of 3 profiled steps, the fastest: the least disturbed by other work
@@ -225,10 +234,13 @@ def bench_training(shape: Shape, args: argparse.Namespace, device: torch.device,
         "ratio_best": {pair: best(a, b) for pair, (a, b) in PAIRS.items()},
         "ratio_same_activation": {pair: spread(per_round(a, b))
                                   for pair, (a, b) in same_activation_pairs(shape.activation).items()},
+        "ratio_head_at_masked": spread(per_round("seqdiff_bidirectional", FULL_HEAD_MODEL)) if args.full_head
+        else None,
         "matmul": spread(mm_rate),
         "matmul_fraction": {name: spread(v) for name, v in fraction.items()},
         "params": params,
         "flops_per_token": flops_per_token,
+        "head_share": head_share,
         "profiles": profiles,
     }
 
@@ -245,7 +257,8 @@ def bench_memory(shape: Shape, args: argparse.Namespace, device: torch.device) -
         step()
 
     run(TRAIN_MODELS[0])  # first-use allocations of the libraries are not any model's memory
-    peak = {name: meter.measure(lambda name=name: run(name)) / 2**20 for name in train_models(shape.activation)}
+    peak = {name: meter.measure(lambda name=name: run(name)) / 2**20
+            for name in train_models(shape.activation, args.full_head)}
     return peak, meter.method
 
 
@@ -368,12 +381,15 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser, argv: list[st
                    "steps_per_repeat": args.steps_per_repeat, "warmup": args.warmup, "sample_batches": batches,
                    "sample_repeats": args.sample_repeats, "sample_budget_s": args.sample_budget_s,
                    "sample_steps": shape.seq_len, "matmul_size": args.matmul_size, "seed": args.seed,
-                   "compile": args.compile, "optimizer": "AdamW fused (both sides) where torch has it"},
+                   "compile": args.compile, "full_head": args.full_head,
+                   "optimizer": "AdamW fused (both sides) where torch has it"},
         "train_tokens_per_s": {name: s["median"] for name, s in train["tok_s"].items()},
         "train_tokens_per_s_spread": train["tok_s"],
         "ratio_vs_hf": ratio,
         "ratio_vs_hf_spread": train["ratio"],
         "ratio_vs_hf_best_of_rounds": train["ratio_best"],
+        "ratio_head_at_masked_vs_full_head": train["ratio_head_at_masked"],
+        "head_share": train["head_share"],
         "ratio_vs_hf_same_activation": {pair: s["median"] for pair, s in train["ratio_same_activation"].items()},
         "ratio_vs_hf_same_activation_spread": train["ratio_same_activation"],
         "train_ratio_target": TRAIN_RATIO_TARGET,

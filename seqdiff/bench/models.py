@@ -28,15 +28,20 @@ SAME_ACTIVATION_PAIRS = {"bidirectional": ("seqdiff_bidirectional", "hf_bert_gel
                          "causal": ("seqdiff_causal", "hf_gpt2")}  # GPT-2's default is already tanh GELU
 EXACT_GELU_PAIRS = {"bidirectional": ("seqdiff_bidirectional", "hf_bert"),
                     "causal": ("seqdiff_causal", "hf_gpt2_gelu")}  # with --activation gelu
+FULL_HEAD_MODEL = "seqdiff_bidirectional_full_head"
+"""--full-head: the bidirectional DiT once more, its MDLM loss with method.head_at_masked=false (the output head
+at every position), timed beside the default so that the head's saving is a ratio of one run."""
 SAMPLERS = {"mdlm_uncached": "ancestral", "mdlm_cached": "cached", "ar_kv": "ar"}
 TRAIN_RATIO_TARGET = 1.0
 CACHED_SPEEDUP_TARGET = 2.5
 DEFAULT_OUT = Path("reports") / "bench"
 
 
-def train_models(activation: str) -> tuple[str, ...]:
-    """The training contenders: TRAIN_MODELS, plus GPT-2 with the exact GELU when the DiT uses it."""
-    return TRAIN_MODELS + (("hf_gpt2_gelu",) if activation == "gelu" else ())
+def train_models(activation: str, full_head: bool = False) -> tuple[str, ...]:
+    """The training contenders: TRAIN_MODELS, plus GPT-2 with the exact GELU when the DiT uses it, plus the MDLM
+    with the output head at every position when `full_head` (--full-head)."""
+    return (TRAIN_MODELS + (("hf_gpt2_gelu",) if activation == "gelu" else ())
+            + ((FULL_HEAD_MODEL,) if full_head else ()))
 
 
 def same_activation_pairs(activation: str) -> dict[str, tuple[str, str]]:
@@ -87,7 +92,7 @@ def _hf_quiet() -> None:
 
 def build_model(name: str, shape: Shape) -> nn.Module:
     """One of train_models(), randomly initialized (call torch.manual_seed first for a fixed init)."""
-    if name in SEQDIFF_MODELS:
+    if name in SEQDIFF_MODELS or name == FULL_HEAD_MODEL:
         return build_backbone(shape.model_config(), shape.vocab_size, causal=name == "seqdiff_causal")
     _hf_quiet()
     if name.startswith("hf_bert"):
@@ -110,7 +115,7 @@ def build_model(name: str, shape: Shape) -> nn.Module:
                          embd_pdrop=0.0, attn_pdrop=0.0, tie_word_embeddings=False,
                          bos_token_id=ids.bos_id, eos_token_id=ids.eos_id, attn_implementation="sdpa")
         return GPT2LMHeadModel(cfg)
-    raise ValueError(f"unknown model {name!r}; choose one of {list(train_models('gelu'))}")
+    raise ValueError(f"unknown model {name!r}; choose one of {list(train_models('gelu', full_head=True))}")
 
 
 def make_train_step(name: str, model: nn.Module, shape: Shape, device: torch.device,
@@ -123,8 +128,8 @@ def make_train_step(name: str, model: nn.Module, shape: Shape, device: torch.dev
     params = list(model.parameters())
     opt = torch.optim.AdamW(params, lr=1e-4, **adamw_implementation(params))  # fused: what both sides train with
     model.train()
-    if name == "seqdiff_bidirectional":
-        method = MDLM(MethodConfig(name="mdlm"), vocab)
+    if name in ("seqdiff_bidirectional", FULL_HEAD_MODEL):
+        method = MDLM(MethodConfig(name="mdlm", head_at_masked=name != FULL_HEAD_MODEL), vocab)
 
         def loss_fn() -> torch.Tensor:
             return method.loss(model, batch, gen).loss

@@ -36,7 +36,7 @@ GELU_NAMES = {"gelu_tanh": "tanh GELU", "gelu": "exact GELU"}
 def render_tables(result: dict[str, Any], train: dict[str, Any], sampling: dict[str, Any]) -> str:
     peak = result["peak_memory_mb"]
     activation = result["config"].get("activation", "gelu_tanh")  # bench.json files from before --activation
-    names = train_models(activation)
+    names = train_models(activation, result["config"].get("full_head", False))
     lines = ["Training (forward + backward + AdamW), median [min–max] over rounds", "",
              "| model | params | tokens/s | peak MB | model FLOP/s ÷ matmul FLOP/s |",
              "| --- | ---: | ---: | ---: | ---: |"]
@@ -109,6 +109,12 @@ def explanation(result: dict[str, Any], train: dict[str, Any], sampling: dict[st
         f"- **Memory**, peak of building a model with its AdamW optimizer and two training steps: "
         f"{result['peak_memory_method']}.",
     ]
+    head = result.get("ratio_head_at_masked_vs_full_head")
+    if head:
+        share = result["head_share"]["seqdiff_bidirectional"]
+        lines.insert(1, f"- **Output head at the masked positions** (`method.head_at_masked`, on average "
+                     f"{share:.0%} of them; model FLOPs count the head that often): MDLM tokens/s with it over "
+                     f"MDLM with the head at every position, median of per-round ratios: {_ratio(head)}.")
     return "\n".join(lines)
 
 

@@ -36,6 +36,9 @@
   of its own NELBO and the row's loss is their sum (tested with the same noise). Under mask_count, k is drawn
   over the row's n scored tokens, not per document: the row's estimate stays unbiased for the row's bound
   (the sum of its documents' bounds, since attention never crosses them).
+- `method.head_at_masked` (on by default): with SUBS only masked positions carry loss, so the backbone is asked
+  for the logits of those positions only (`output_index`); the loss is the same sum, and at GPT-2's vocabulary
+  the output head and its softmax, a large share of the step, run on about half the positions.
 - Time conditioning is optional and off by default (the SUBS model is time-agnostic; the cached sampler
   relies on it).
 - Ablation `method.subs: false` (the MDLM paper's "w/o SUBS" ablation row): the D3PM-style x0-parameterization
@@ -160,6 +163,19 @@ class MDLM(Method):
             return T * (a_s - a_t) / self.schedule.one_minus_alpha(t)
         return self.schedule.nelbo_weight(t)
 
+    def masked_share(self) -> float:
+        """Expected share of the scored positions that a training draw masks: where method.head_at_masked runs
+        the output head (for FLOP counts). Time-based draws: the mean of 1 - alpha(t) over t ~ U[t_min, 1] (the
+        grid i/T in discrete time); mask_count: E[k / n] = (n + 1) / (2n), taken as 1/2."""
+        if self.time_sampling == "mask_count":
+            return 0.5
+        T = self.config.num_timesteps
+        if T > 0:
+            t = torch.arange(1, T + 1, dtype=torch.float64) / T
+        else:  # midpoint rule; 1 - alpha is smooth on [t_min, 1]
+            t = self.config.t_min + (1 - self.config.t_min) * (torch.arange(4096, dtype=torch.float64) + 0.5) / 4096
+        return float(self.schedule.mask_probability(t).mean())
+
     # ------------------------------------------------------------------ parameterization
     def noise_level(self, t: Tensor) -> Tensor:
         """What a time-conditioned backbone sees (ignored by unconditioned ones): sigma(t)."""
@@ -219,14 +235,22 @@ class MDLM(Method):
             x0 = x0.repeat(2, 1)
             attention_mask = attention_mask.repeat(2, 1) if attention_mask is not None else None
             packing = {k: v.repeat(2, 1) for k, v in packing.items()}
-        logits = backbone(xt, noise_level=self.noise_level(t), attention_mask=attention_mask,
-                          **packing)  # (B, L, V)
-        if self.subs:
+        masked = xt == self.mask_id  # (B, L) SUBS carry-over: only masked positions carry loss
+        if self.subs and self.config.head_at_masked and getattr(backbone, "selects_outputs", False):
+            index = masked.flatten().nonzero()[:, 0]  # (N,) flat positions of the masked tokens
+            torch._dynamo.maybe_mark_dynamic(index, 0)  # N changes every step: a compiled backbone compiles once
+            logits = backbone(xt, noise_level=self.noise_level(t), attention_mask=attention_mask,
+                              output_index=index, **packing)  # (N, V)
+            nll = F.cross_entropy(self.subs_logits(logits).float(), x0.flatten()[index], reduction="none")  # (N,)
+            per_token = weight[index // x0.shape[1]] * nll  # (N,) the nonzero terms of the (B, L) sum below
+        elif self.subs:
+            logits = backbone(xt, noise_level=self.noise_level(t), attention_mask=attention_mask,
+                              **packing)  # (B, L, V)
             logits = self.subs_logits(logits)
             nll = F.cross_entropy(logits.flatten(0, 1).float(), x0.flatten(), reduction="none").view_as(x0)
-            masked = xt == self.mask_id  # SUBS carry-over: only masked positions carry loss
             per_token = torch.where(masked, weight[:, None] * nll, torch.zeros_like(nll))  # (B, L)
         else:
+            logits = backbone(xt, noise_level=self.noise_level(t), attention_mask=attention_mask, **packing)
             per_token = self.per_token_without_subs(logits, x0, xt, t)  # (B, L)
         num_tokens = scored.sum().to(torch.float64)
         draws = 2 if pairs else 1  # the pair's mean

@@ -32,8 +32,14 @@ from torch import nn
 from seqdiff.backbones import build_backbone
 from seqdiff.checkpoint import load_checkpoint
 from seqdiff.probes.cnn import GenomicBenchmarksCNN
-from seqdiff.probes.data import (Benchmark, LabeledSequences, ProbeError, stratified_split, stratified_subsample,
-                                 truncate)
+from seqdiff.probes.data import (
+    Benchmark,
+    LabeledSequences,
+    ProbeError,
+    stratified_split,
+    stratified_subsample,
+    truncate,
+)
 from seqdiff.probes.embeddings import BackboneEncoder, embed_sequences, encode_batch
 from seqdiff.probes.finetune import FinetuneConfig, finetune_predict
 from seqdiff.probes.linear import Selected, accuracy, fit_kmer, fit_logistic

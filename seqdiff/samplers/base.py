@@ -14,8 +14,9 @@ methods it runs inside that way: one reverse process, two drivers, no second cop
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, ClassVar
+from typing import ClassVar
 
 import torch
 from torch import Tensor, nn

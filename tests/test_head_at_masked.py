@@ -1,0 +1,138 @@
+"""method.head_at_masked: MDLM asks the backbone for the logits of the masked positions only.
+
+The SUBS loss lives on the masked positions, so skipping the output head elsewhere must leave the loss, the
+reported NELBO terms and the gradients exactly where the full computation puts them (up to float summation
+order), for every draw of the noise, with packing, micro-batches, complementary pairs and time conditioning.
+The full path is itself tested against the enumerated NELBO (tests/test_mdlm.py, test_time_sampling.py).
+"""
+
+import dataclasses
+
+import pytest
+import torch
+
+from seqdiff.backbones import build_backbone
+from seqdiff.config import MethodConfig, ModelConfig
+from seqdiff.methods import MDLM, Batch
+from seqdiff.tokenizers import CharTokenizer, NucleotideTokenizer
+
+TOK = CharTokenizer()
+TINY = ModelConfig(hidden_size=16, n_layers=2, n_heads=2, max_seq_len=12, cond_dim=8,
+                   time_conditioning=False)
+
+
+def _backbone(backbone="dit", time_conditioning=False, rc="none", tokenizer=TOK):
+    torch.manual_seed(0)
+    cfg = dataclasses.replace(TINY, backbone=backbone, time_conditioning=time_conditioning, rc_equivariant=rc)
+    complement = getattr(tokenizer, "complement_ids", None)
+    return build_backbone(cfg, tokenizer.vocab_size, causal=False,
+                          complement_ids=complement() if callable(complement) else complement)
+
+
+@pytest.mark.parametrize("backbone,conditioned", [("dit", False), ("dit", True), ("bert", False)])
+def test_output_index_gives_the_full_logits_at_those_positions(backbone, conditioned):
+    net = _backbone(backbone, conditioned).eval()
+    x = torch.randint(0, TOK.vocab_size - 4, (3, 12), generator=torch.Generator().manual_seed(1))
+    sigma = torch.tensor([0.1, 1.0, 3.0])
+    index = torch.tensor([0, 5, 13, 35, 23])
+    full = net(x, noise_level=sigma)  # (3, 12, V)
+    torch.testing.assert_close(net(x, noise_level=sigma, output_index=index), full.flatten(0, 1)[index])
+
+
+def _loss_and_grads(net, method, batch, rows=None):
+    net.zero_grad()
+    out = method.loss(net, batch, torch.Generator().manual_seed(11), **({} if rows is None else {"rows": rows}))
+    out.loss.backward()
+    return out, {n: p.grad.clone() for n, p in net.named_parameters() if p.grad is not None}
+
+
+def _batch(packed=False):
+    gen = torch.Generator().manual_seed(3)
+    x0 = torch.randint(0, TOK.vocab_size - 4, (6, 12), generator=gen)
+    x0[2, 9:] = TOK.pad_id
+    if not packed:
+        return Batch(x0, attention_mask=x0 != TOK.pad_id)
+    segment_ids = torch.tensor([0] * 5 + [1] * 7).repeat(6, 1)
+    positions = torch.cat([torch.arange(5), torch.arange(7)]).repeat(6, 1)
+    return Batch(x0, segment_ids=segment_ids, positions=positions)
+
+
+CASES = {
+    "antithetic": ({}, {}),
+    "mask_count": ({"time_sampling": "mask_count"}, {}),
+    "pairs": ({"complementary_masks": True}, {}),
+    "discrete": ({"num_timesteps": 10}, {}),
+    "time_conditioned": ({}, {"conditioned": True}),
+    "bert": ({}, {"backbone": "bert"}),
+    "packed": ({}, {"packed": True}),
+    "micro_batch": ({}, {"rows": slice(2, 5)}),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_head_at_masked_leaves_loss_and_gradients_unchanged(case):
+    method_kw, opts = CASES[case]
+    net = _backbone(opts.get("backbone", "dit"), opts.get("conditioned", False))
+    batch = _batch(opts.get("packed", False))
+    sparse = MDLM(MethodConfig(**method_kw), TOK)
+    full = MDLM(MethodConfig(head_at_masked=False, **method_kw), TOK)
+    out_s, grads_s = _loss_and_grads(net, sparse, batch, opts.get("rows"))
+    out_f, grads_f = _loss_and_grads(net, full, batch, opts.get("rows"))
+    assert out_s.loss.shape == ()
+    torch.testing.assert_close(out_s.loss, out_f.loss, rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(out_s.nll_sum, out_f.nll_sum, rtol=1e-6, atol=1e-6)
+    assert out_s.num_tokens == out_f.num_tokens
+    assert grads_s.keys() == grads_f.keys() and grads_s
+    for name in grads_f:
+        torch.testing.assert_close(grads_s[name], grads_f[name], rtol=1e-5, atol=1e-7, msg=name)
+
+
+def test_the_sparse_path_runs_the_head_on_masked_positions_only():
+    """The head really sees fewer rows: count what reaches the output Linear."""
+    net = _backbone()
+    seen = []
+    net.output.register_forward_hook(lambda module, args, out: seen.append(args[0].shape[0]))
+    batch = _batch()
+    MDLM(MethodConfig(), TOK).loss(net, batch, torch.Generator().manual_seed(0))
+    MDLM(MethodConfig(head_at_masked=False), TOK).loss(net, batch, torch.Generator().manual_seed(0))
+    sparse_rows, full_shape = seen
+    assert full_shape == 6  # the full path hands the head (B, L, H): its first dimension is B
+    assert 0 < sparse_rows < 6 * 12  # (N, H), N the masked positions
+
+
+def test_a_backbone_that_cannot_select_computes_every_position():
+    """The RC-equivariant wrapper combines two strands' logits first: it falls back to the full path."""
+    dna = NucleotideTokenizer()
+    net = _backbone(rc="shared", tokenizer=dna)
+    assert not getattr(net, "selects_outputs", False)
+    x0 = torch.randint(0, 4, (4, 12), generator=torch.Generator().manual_seed(5))
+    a = MDLM(MethodConfig(), dna).loss(net, Batch(x0), torch.Generator().manual_seed(2))
+    b = MDLM(MethodConfig(head_at_masked=False), dna).loss(net, Batch(x0), torch.Generator().manual_seed(2))
+    torch.testing.assert_close(a.loss, b.loss)
+
+
+def test_masked_share_closed_forms():
+    """E[1 - alpha(t)] for the log-linear schedule, 1 - alpha(t) = (1 - eps) t: (1 - eps)(1 + t_min) / 2 over
+    t ~ U[t_min, 1]; (1 - eps)(T + 1) / (2T) on the grid i/T; mask_count takes 1/2 (E[k/n] = 1/2 + 1/(2n))."""
+    eps = 1e-3
+    assert MDLM(MethodConfig(t_min=0.1), TOK).masked_share() == pytest.approx((1 - eps) * 1.1 / 2, rel=1e-6)
+    assert MDLM(MethodConfig(num_timesteps=8), TOK).masked_share() == pytest.approx((1 - eps) * 9 / 16, rel=1e-9)
+    assert MDLM(MethodConfig(time_sampling="mask_count"), TOK).masked_share() == 0.5
+
+
+def test_flops_per_token_counts_the_head_at_its_share():
+    """torch's FLOP counter on a forward + backward with the head at N of B * L positions: the Linear FLOPs are
+    6 x (the body's weights x B L + the head's weight x N), and flops_per_token moves by the head's share."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    net = _backbone()
+    B, L, N = 3, 12, 10
+    x = torch.randint(0, TOK.vocab_size - 4, (B, L))
+    with FlopCounterMode(display=False) as counter:
+        net(x, output_index=torch.arange(N) * 3).square().mean().backward()
+    head = net.output.weight.numel()
+    body = sum(m.weight.numel() for m in net.modules() if isinstance(m, torch.nn.Linear)) - head
+    assert counter.get_total_flops() == 6 * (body * B * L + head * N)
+    share = N / (B * L)
+    head_params = head + net.output.bias.numel()
+    assert net.flops_per_token(L) - net.flops_per_token(L, share) == round(6 * (1 - share) * head_params)
