@@ -87,17 +87,39 @@ def test_head_at_masked_leaves_loss_and_gradients_unchanged(case):
         torch.testing.assert_close(grads_s[name], grads_f[name], rtol=1e-5, atol=1e-7, msg=name)
 
 
-def test_the_sparse_path_runs_the_head_on_masked_positions_only():
-    """The head really sees fewer rows: count what reaches the output Linear."""
-    net = _backbone()
-    seen = []
-    net.output.register_forward_hook(lambda module, args, out: seen.append(args[0].shape[0]))
+@pytest.mark.parametrize("backbone", ["dit", "bert"])
+def test_the_sparse_path_runs_the_head_on_masked_positions_only(backbone):
+    """The head really runs at fewer rows: the forward FLOPs differ by the head's 2 H V per unmasked position."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    net = _backbone(backbone)
     batch = _batch()
-    MDLM(MethodConfig(), TOK).loss(net, batch, torch.Generator().manual_seed(0))
-    MDLM(MethodConfig(head_at_masked=False), TOK).loss(net, batch, torch.Generator().manual_seed(0))
-    sparse_rows, full_shape = seen
-    assert full_shape == 6  # the full path hands the head (B, L, H): its first dimension is B
-    assert 0 < sparse_rows < 6 * 12  # (N, H), N the masked positions
+    flops = {}
+    for sparse in (True, False):
+        with torch.no_grad(), FlopCounterMode(display=False) as counter:
+            MDLM(MethodConfig(head_at_masked=sparse), TOK).loss(net, batch, torch.Generator().manual_seed(0))
+        flops[sparse] = counter.get_total_flops()
+    scored = batch.scored(TOK.pad_id)
+    xt = MDLM(MethodConfig(), TOK).draw_noise(batch.input_ids, scored, torch.Generator().manual_seed(0))[1]
+    unmasked = int((xt != TOK.mask_id).sum())
+    assert 0 < unmasked < xt.numel()
+    H = TINY.hidden_size
+    per_position = 2 * H * TOK.vocab_size + (2 * H * H if backbone == "bert" else 0)  # BERT: + its dense transform
+    assert flops[False] - flops[True] == per_position * unmasked
+
+
+def test_excluded_id_has_a_minus_inf_logit_and_no_gradient():
+    """exclude_id puts -inf into the output bias: exactly SUBS's MASK logit, and nothing flows back through it."""
+    for backbone in ("dit", "bert"):
+        net = _backbone(backbone)
+        x = torch.randint(0, TOK.vocab_size - 4, (2, 12))
+        logits = net(x, output_index=torch.arange(5), exclude_id=TOK.mask_id)
+        assert torch.isneginf(logits[:, TOK.mask_id]).all() and torch.isfinite(logits[:, :TOK.mask_id]).all()
+        full = MDLM(MethodConfig(), TOK).subs_logits(net(x)).flatten(0, 1)[:5]
+        torch.testing.assert_close(logits, full)
+        torch.log_softmax(logits, -1)[:, 0].sum().backward()
+        bias = net.output.bias if backbone == "dit" else net.head.bias
+        assert bias.grad[TOK.mask_id] == 0 and torch.isfinite(bias.grad).all()
 
 
 def test_a_backbone_that_cannot_select_computes_every_position():

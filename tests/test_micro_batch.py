@@ -107,7 +107,8 @@ def _config_error(overrides):
     return str(e.value)
 
 
-@pytest.mark.parametrize("strategy", ["ddp", pytest.param("fsdp2", marks=pytest.mark.slow)])  # fsdp2: slow (25 s)
+@pytest.mark.slow  # 20-25 s each; tests/test_ddp.py runs DDP with micro-batches in the default suite
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp2"])
 def test_two_processes_with_micro_batches_follow_one_unsplit_process(tmp_path, strategy):
     """2 processes x 2 micro-batches of 1 row each (AR): the weights of one process on the unsplit batch."""
     cmd = [sys.executable, "-m", "seqdiff.cli", "train", "--run-dir", str(tmp_path / strategy), *RECIPE,

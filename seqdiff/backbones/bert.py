@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from seqdiff.backbones.activations import ACTIVATIONS
-from seqdiff.backbones.dit import init_normal_002, select_positions
+from seqdiff.backbones.dit import bias_excluding, init_normal_002, select_positions
 from seqdiff.config import ConfigError, ModelConfig
 
 LAYER_NORM_EPS = 1e-12
@@ -109,9 +109,9 @@ class BertLMHead(nn.Module):
         self.bias = nn.Parameter(torch.zeros(vocab_size))
         self.activation = ACTIVATIONS[activation]
 
-    def forward(self, h: Tensor, word_embeddings: Tensor) -> Tensor:
+    def forward(self, h: Tensor, word_embeddings: Tensor, exclude_id: int | None = None) -> Tensor:
         t = self.norm(self.activation(self.dense(h)))  # (B, L, H)
-        return F.linear(t, word_embeddings, self.bias)  # (B, L, V)
+        return F.linear(t, word_embeddings, bias_excluding(self.bias, exclude_id))  # (B, L, V)
 
 
 class Bert(nn.Module):
@@ -141,15 +141,17 @@ class Bert(nn.Module):
 
     def forward(self, input_ids: Tensor, noise_level: Tensor | None = None,
                 attention_mask: Tensor | None = None, *, segment_ids: Tensor | None = None,
-                positions: Tensor | None = None, output_index: Tensor | None = None) -> Tensor:
+                positions: Tensor | None = None, output_index: Tensor | None = None,
+                exclude_id: int | None = None) -> Tensor:
         """Logits (B, L, vocab_size) in float32; `noise_level` is accepted and ignored (no time conditioning).
-        output_index: (N,) flat positions b * L + i, the logits (N, V) of those only (DiT.forward)."""
+        output_index: (N,) flat positions b * L + i, the logits (N, V) of those only; exclude_id: that id's
+        logit -inf (as DiT.forward)."""
         h = self.hidden_states(input_ids, noise_level, attention_mask, segment_ids=segment_ids, positions=positions)
-        return self.output(select_positions(h, output_index))
+        return self.output(select_positions(h, output_index), exclude_id)
 
-    def output(self, h: Tensor) -> Tensor:
-        """Hidden states (B, L, H) -> logits (B, L, V) through the masked-LM head."""
-        return self.head(h, self.embeddings.word.weight).float()
+    def output(self, h: Tensor, exclude_id: int | None = None) -> Tensor:
+        """Hidden states (B, L, H) -> logits (B, L, V) through the masked-LM head (`exclude_id`: -inf there)."""
+        return self.head(h, self.embeddings.word.weight, exclude_id).float()
 
     def head_parameters(self) -> list[nn.Parameter]:
         """The output head's own parameters: the masked-LM transform (dense, LayerNorm) and the decoder bias.

@@ -134,6 +134,15 @@ def select_positions(h: Tensor, output_index: Tensor | None) -> Tensor:
     return h.flatten(0, 1).index_select(0, output_index)  # (N, H)
 
 
+def bias_excluding(bias: Tensor, exclude_id: int | None) -> Tensor:
+    """The output bias with -inf at `exclude_id` (unchanged when None). A Linear writes its bias into every
+    output row before the matmul anyway, so a -inf logit costs a copy of the (V,) bias, not a pass over the
+    (N, V) logits as a fill after the head would (forward and backward); the -inf column's gradient is 0."""
+    if exclude_id is None:
+        return bias
+    return bias.index_fill(0, torch.tensor([exclude_id], device=bias.device), float("-inf"))  # (V,)
+
+
 def modulate(x: Tensor, shift: Tensor, scale: Tensor) -> Tensor:
     """adaLN: x * (1 + scale) + shift, with shift / scale (B, 1, H) broadcast over positions."""
     return torch.addcmul(shift, x, 1 + scale)
@@ -257,7 +266,8 @@ class DiT(nn.Module):
     takes_segment_ids = True
     """Takes packed documents (`segment_ids`, per-row `positions`): data.text.block_mode=packed may use it."""
     selects_outputs = True
-    """forward(output_index=...) computes the output head at those positions only (MDLM: the masked ones)."""
+    """forward(output_index=..., exclude_id=...): the output head at those positions only, one id's logit -inf
+    (MDLM's SUBS: the masked positions, MASK excluded)."""
     packed_attention = "auto"
     """Kernel for packed documents: "auto" (`packed_attention_kernel`), or "flex" / "sdpa" to force one."""
 
@@ -304,15 +314,20 @@ class DiT(nn.Module):
         update_cache: bool = True,
         segment_ids: Tensor | None = None,
         output_index: Tensor | None = None,
+        exclude_id: int | None = None,
     ) -> Tensor:
         """Logits (B, L, vocab_size) in float32. See `hidden_states` for the arguments.
 
         output_index: LongTensor (N,) of flat positions b * L + i: the logits (N, V) of those positions only, so
         a loss that lives on a few positions (MDLM's masked ones) skips the output head everywhere else.
+        exclude_id: this id's logit is -inf (SUBS's MASK), written into the output bias (`bias_excluding`).
         """
         h = self.hidden_states(input_ids, noise_level, attention_mask, kv_cache=kv_cache, attn_mask=attn_mask,
                                positions=positions, update_cache=update_cache, segment_ids=segment_ids)  # (B, L, H)
-        return self.output(select_positions(h, output_index)).float()  # (B, L, V) or (N, V)
+        h = select_positions(h, output_index)  # (B, L, H) or (N, H)
+        if exclude_id is None:
+            return self.output(h).float()  # (..., V)
+        return F.linear(h, self.output.weight, bias_excluding(self.output.bias, exclude_id)).float()  # (..., V)
 
     def head_parameters(self) -> list[nn.Parameter]:
         """The output head: what acts after the last block (final LayerNorm or its adaLN modulation, output Linear).

@@ -240,8 +240,8 @@ class MDLM(Method):
             index = masked.flatten().nonzero()[:, 0]  # (N,) flat positions of the masked tokens
             torch._dynamo.maybe_mark_dynamic(index, 0)  # N changes every step: a compiled backbone compiles once
             logits = backbone(xt, noise_level=self.noise_level(t), attention_mask=attention_mask,
-                              output_index=index, **packing)  # (N, V)
-            nll = F.cross_entropy(self.subs_logits(logits).float(), x0.flatten()[index], reduction="none")  # (N,)
+                              output_index=index, exclude_id=self.mask_id, **packing)  # (N, V), MASK at -inf
+            nll = F.cross_entropy(logits.float(), x0.flatten()[index], reduction="none")  # (N,)
             per_token = weight[index // x0.shape[1]] * nll  # (N,) the nonzero terms of the (B, L) sum below
         elif self.subs:
             logits = backbone(xt, noise_level=self.noise_level(t), attention_mask=attention_mask,
