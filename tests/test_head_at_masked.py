@@ -158,3 +158,17 @@ def test_flops_per_token_counts_the_head_at_its_share():
     share = N / (B * L)
     head_params = head + net.output.bias.numel()
     assert net.flops_per_token(L) - net.flops_per_token(L, share) == round(6 * (1 - share) * head_params)
+
+
+def test_head_share_is_a_fact_of_the_method_and_backbone():
+    """What FLOP counts (bench, gpu_check) use: MDLM's masked share only where its loss runs the sparse head."""
+    from seqdiff.methods import METHODS
+
+    mdlm = MDLM(MethodConfig(), TOK)
+    assert mdlm.head_share(_backbone()) == pytest.approx(mdlm.masked_share())
+    assert MDLM(MethodConfig(head_at_masked=False), TOK).head_share(_backbone()) == 1.0
+    assert MDLM(MethodConfig(subs=False), TOK).head_share(_backbone()) == 1.0
+    dna = NucleotideTokenizer()
+    assert MDLM(MethodConfig(), dna).head_share(_backbone(rc="shared", tokenizer=dna)) == 1.0
+    assert METHODS["ar"](MethodConfig(name="ar"), TOK).head_share(_backbone()) == 1.0
+    assert METHODS["bd3lm"](MethodConfig(name="bd3lm"), TOK).head_share(_backbone()) == 1.0

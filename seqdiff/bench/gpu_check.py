@@ -71,12 +71,13 @@ def mfu(flops_per_token: float, tokens_per_s: float, peak_flops: float | None) -
     return None if not peak_flops else flops_per_token * tokens_per_s / peak_flops
 
 
-def model_flops_per_token(preset: str, seq_len: int, vocab_size: int, causal: bool) -> int:
-    """DiT.flops_per_token for the preset, built on the meta device (no memory)."""
+def model_flops_per_token(preset: str, seq_len: int, vocab_size: int, causal: bool, head_share: float = 1.0) -> int:
+    """DiT.flops_per_token for the preset, built on the meta device (no memory); `head_share`: the share of
+    positions whose output head runs (MDLM's method.head_at_masked: its expected masked share)."""
     cfg = ModelConfig(**MODEL_PRESETS[preset], max_seq_len=seq_len, time_conditioning=False)
     with torch.device("meta"):
         backbone = build_backbone(cfg, vocab_size, causal=causal)
-    return int(backbone.flops_per_token(seq_len))
+    return int(backbone.flops_per_token(seq_len, head_share))
 
 
 class StepTimer(L.Callback):
@@ -130,7 +131,8 @@ def run_one(method: str, args: argparse.Namespace, cuda: bool, peak: float | Non
     step_s = statistics.median(timed)
     tokens_per_s = args.batch_size * args.seq_len / step_s
     vocab = build_tokenizer("char").vocab_size
-    fpt = model_flops_per_token(args.preset, args.seq_len, vocab, causal=METHODS[method].causal)
+    share = result.module.method.head_share(result.module.backbone)  # MDLM: the head runs at the masked positions
+    fpt = model_flops_per_token(args.preset, args.seq_len, vocab, causal=METHODS[method].causal, head_share=share)
     loss = result.trainer.callback_metrics.get("train/loss")
     return {
         "recipe": recipe,

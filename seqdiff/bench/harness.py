@@ -81,6 +81,7 @@ from seqdiff.bench.models import (
     build_model,
     expected_cached_speedup,
     make_train_step,
+    method_of,
     num_params,
     same_activation_pairs,
     train_models,
@@ -176,10 +177,8 @@ def bench_training(shape: Shape, args: argparse.Namespace, device: torch.device,
     matmul, matmul_flop = make_matmul(args.matmul_size, device, args.seed)
     params = {name: num_params(m) for name, m in models.items()}
     # MDLM runs the output head at the masked positions only (method.head_at_masked): count it that often
-    masked = MDLM(MethodConfig(name="mdlm"), vocab_stub(shape.vocab_size)).masked_share()
-    head_share = {"seqdiff_bidirectional": masked}
-    flops_per_token = {name: int(models[name].flops_per_token(shape.seq_len, head_share.get(name, 1.0)))
-                       for name in ours}
+    head_share = {name: method_of(name, shape).head_share(models[name]) for name in ours}
+    flops_per_token = {name: int(models[name].flops_per_token(shape.seq_len, head_share[name])) for name in ours}
 
     log(f"warm-up: {args.warmup} steps per model")
     for name in names:

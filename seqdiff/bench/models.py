@@ -118,6 +118,15 @@ def build_model(name: str, shape: Shape) -> nn.Module:
     raise ValueError(f"unknown model {name!r}; choose one of {list(train_models('gelu', full_head=True))}")
 
 
+def method_of(name: str, shape: Shape) -> MDLM | AR:
+    """The loss a seqdiff contender trains with: MDLM (bidirectional; the full-head one without
+    method.head_at_masked) or AR (causal)."""
+    vocab = vocab_stub(shape.vocab_size)
+    if name == "seqdiff_causal":
+        return AR(MethodConfig(name="ar"), vocab)
+    return MDLM(MethodConfig(name="mdlm", head_at_masked=name != FULL_HEAD_MODEL), vocab)
+
+
 def make_train_step(name: str, model: nn.Module, shape: Shape, device: torch.device,
                     seed: int) -> Callable[[], None]:
     """A closure doing one optimizer step of `model` on a fixed random batch (no data loading is timed)."""
@@ -128,13 +137,8 @@ def make_train_step(name: str, model: nn.Module, shape: Shape, device: torch.dev
     params = list(model.parameters())
     opt = torch.optim.AdamW(params, lr=1e-4, **adamw_implementation(params))  # fused: what both sides train with
     model.train()
-    if name in ("seqdiff_bidirectional", FULL_HEAD_MODEL):
-        method = MDLM(MethodConfig(name="mdlm", head_at_masked=name != FULL_HEAD_MODEL), vocab)
-
-        def loss_fn() -> torch.Tensor:
-            return method.loss(model, batch, gen).loss
-    elif name == "seqdiff_causal":
-        method = AR(MethodConfig(name="ar"), vocab)
+    if name in SEQDIFF_MODELS or name == FULL_HEAD_MODEL:
+        method = method_of(name, shape)
 
         def loss_fn() -> torch.Tensor:
             return method.loss(model, batch, gen).loss

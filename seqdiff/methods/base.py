@@ -89,6 +89,10 @@ class Method(ABC):
         self.bos_id = tokenizer.bos_id
         self.eos_id = tokenizer.eos_id
 
+    def head_share(self, backbone: nn.Module) -> float:
+        """Expected share of the positions at which `loss` runs the backbone's output head (for FLOP counts)."""
+        return 1.0
+
     def check_backbone(self, backbone: nn.Module) -> None:
         """Refuse a backbone this method cannot use (default: any backbone)."""
         return None

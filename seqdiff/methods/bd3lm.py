@@ -232,6 +232,11 @@ class BD3LM(MDLM):
         if Batch.from_any(batch).segment_ids is not None:
             raise ValueError("bd3lm does not take packed documents (segment_ids); use data.text.block_mode=padded")
 
+    def uses_sparse_head(self, backbone: nn.Module) -> bool:
+        """No: the block loss runs the head on the whole x_t half of its one 2L pass (method.head_at_masked is
+        MDLM's)."""
+        return False
+
     def loss(self, backbone: nn.Module, batch: Batch, generator: torch.Generator | None = None) -> MethodOutput:
         """The training objective: the block NELBO with t in `train_times` (the clipped range, if any)."""
         self._refuse_packed(batch)

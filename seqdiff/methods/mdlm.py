@@ -163,6 +163,13 @@ class MDLM(Method):
             return T * (a_s - a_t) / self.schedule.one_minus_alpha(t)
         return self.schedule.nelbo_weight(t)
 
+    def uses_sparse_head(self, backbone: nn.Module) -> bool:
+        """Whether `loss` asks `backbone` for the masked positions' logits only (method.head_at_masked)."""
+        return self.subs and self.config.head_at_masked and getattr(backbone, "selects_outputs", False)
+
+    def head_share(self, backbone: nn.Module) -> float:
+        return self.masked_share() if self.uses_sparse_head(backbone) else 1.0
+
     def masked_share(self) -> float:
         """Expected share of the scored positions that a training draw masks: where method.head_at_masked runs
         the output head (for FLOP counts). Time-based draws: the mean of 1 - alpha(t) over t ~ U[t_min, 1] (the
@@ -236,7 +243,7 @@ class MDLM(Method):
             attention_mask = attention_mask.repeat(2, 1) if attention_mask is not None else None
             packing = {k: v.repeat(2, 1) for k, v in packing.items()}
         masked = xt == self.mask_id  # (B, L) SUBS carry-over: only masked positions carry loss
-        if self.subs and self.config.head_at_masked and getattr(backbone, "selects_outputs", False):
+        if self.uses_sparse_head(backbone):
             index = masked.flatten().nonzero()[:, 0]  # (N,) flat positions of the masked tokens
             torch._dynamo.maybe_mark_dynamic(index, 0)  # N changes every step: a compiled backbone compiles once
             logits = backbone(xt, noise_level=self.noise_level(t), attention_mask=attention_mask,
