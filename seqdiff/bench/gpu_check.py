@@ -8,7 +8,8 @@ at once: train.compile, bf16 autocast, gradient accumulation (train.micro_batch_
 Measured per method, over the steps after the first `--skip-steps` (compilation, warm-up):
 - tokens/s: global batch x seq_len / median step time (from the start of a training batch to its end, CUDA
   synchronized: forward, backward, optimizer; data loading and validation excluded);
-- MFU: model FLOPs per token (DiT.flops_per_token: 6 N + 12 n_layers d L, PaLM's convention) x tokens/s over
+- MFU: model FLOPs per token (DiT.flops_per_token: 6 N + 12 n_layers d L, PaLM's convention; MDLM's output
+  head counted at the share of positions where it runs, `Method.head_share`) x tokens/s over
   the device's dense bf16 peak (PEAK_BF16_TFLOPS by device name, or --peak-tflops);
 - peak memory: torch.cuda.max_memory_allocated over the run;
 and MDLM's step time over AR's. Writes <out>/gpu_check.json and <out>/README.md (numbers only from the run).
