@@ -172,3 +172,32 @@ def test_head_share_is_a_fact_of_the_method_and_backbone():
     assert MDLM(MethodConfig(), dna).head_share(_backbone(rc="shared", tokenizer=dna)) == 1.0
     assert METHODS["ar"](MethodConfig(name="ar"), TOK).head_share(_backbone()) == 1.0
     assert METHODS["bd3lm"](MethodConfig(name="bd3lm"), TOK).head_share(_backbone()) == 1.0
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7, 0.0])
+def test_denoise_with_the_sparse_head(temperature):
+    """Masked positions: the full computation's probabilities; unmasked ones: SUBS's one-hot carry-over."""
+    net = _backbone().eval()
+    xt = torch.randint(0, TOK.vocab_size - 4, (3, 12), generator=torch.Generator().manual_seed(4))
+    xt[torch.rand(xt.shape, generator=torch.Generator().manual_seed(5)) < 0.5] = TOK.mask_id
+    t = torch.full((3,), 0.5)
+    sparse = MDLM(MethodConfig(), TOK).denoise(net, xt, t, temperature)
+    full = MDLM(MethodConfig(head_at_masked=False), TOK).denoise(net, xt, t, temperature)
+    masked = xt == TOK.mask_id
+    torch.testing.assert_close(sparse[masked], full[masked])
+    torch.testing.assert_close(sparse[~masked], torch.nn.functional.one_hot(xt[~masked], TOK.vocab_size).double())
+    assert (sparse[..., TOK.mask_id] == 0).all()
+
+
+@pytest.mark.parametrize("sampler", ["ancestral", "cached"])
+def test_samplers_draw_the_same_tokens_with_the_sparse_head(sampler):
+    from seqdiff.samplers import build_sampler
+
+    net = _backbone().eval()
+    tokens = {}
+    for sparse in (True, False):
+        method = MDLM(MethodConfig(head_at_masked=sparse), TOK)
+        smp = build_sampler(sampler, method, net, steps=16)
+        tokens[sparse] = smp.generate(4, 12, torch.Generator().manual_seed(9)).tokens
+    assert (tokens[True] != TOK.mask_id).all()
+    torch.testing.assert_close(tokens[True], tokens[False])

@@ -268,7 +268,19 @@ class MDLM(Method):
     # ------------------------------------------------------------------ reverse process
     @torch.no_grad()
     def denoise(self, backbone: nn.Module, xt: Tensor, t: Tensor, temperature: float = 1.0) -> Tensor:
-        """x_theta(x_t) as float64 probabilities (B, L, V) with zero mass on MASK (without SUBS: the model's)."""
+        """x_theta(x_t) as float64 probabilities (B, L, V) with zero mass on MASK (without SUBS: the model's).
+
+        With the sparse head (method.head_at_masked) only the masked positions run the output head and the
+        softmax; an unmasked position gets SUBS's carry-over, a one-hot on its token (every sampler reads the
+        masked positions only, and a one-hot row draws its token whatever the uniforms)."""
+        if self.uses_sparse_head(backbone):
+            index = (xt == self.mask_id).flatten().nonzero()[:, 0]  # (N,) flat positions of the masked tokens
+            torch._dynamo.maybe_mark_dynamic(index, 0)
+            logits = backbone(xt, noise_level=self.noise_level(t), output_index=index,
+                              exclude_id=self.mask_id)  # (N, V), MASK at -inf
+            probs = F.one_hot(xt, logits.shape[-1]).to(torch.float64)  # (B, L, V) the carry-over
+            probs.view(-1, logits.shape[-1])[index] = probs_from_logits(logits, temperature)
+            return probs
         logits = backbone(xt, noise_level=self.noise_level(t))
         if not self.subs:
             return probs_from_logits(logits, temperature)
