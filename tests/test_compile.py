@@ -40,8 +40,9 @@ def test_adamw_takes_the_fused_kernel_where_torch_has_one():
 def test_compiled_training_matches_eager(tmp_path):
     """Inductor on CPU: the compiled backbone trains like the eager one, under the same parameter names.
     (About 30 s on a 2-core machine with a cold Inductor cache, so it stays in the fast suite.)"""
-    if module.compile_unavailable(torch.device("cpu")) is not None:
-        pytest.skip("torch.compile is unavailable on this machine")
+    reason = module.compile_unavailable(torch.device("cpu"))
+    if reason is not None:
+        pytest.skip(f"torch.compile is unavailable on this machine: {reason}")
     eager = train(load_run_config(None, RECIPE), tmp_path / "eager")
     compiled = train(load_run_config(None, [*RECIPE, "train.compile=true"]), tmp_path / "compiled")
     assert compiled.module._compiled and compiled.module.backbone._compiled_call_impl is not None
@@ -58,8 +59,9 @@ def test_compiled_mdlm_sparse_head_is_one_graph_with_the_eager_gradients():
     """MDLM's output head runs at a different number of masked positions every step (method.head_at_masked): the
     index is marked dynamic, so a compiled backbone compiles one graph for every count, and its loss and
     gradients are the eager ones."""
-    if module.compile_unavailable(torch.device("cpu")) is not None:
-        pytest.skip("torch.compile is unavailable on this machine")
+    reason = module.compile_unavailable(torch.device("cpu"))
+    if reason is not None:
+        pytest.skip(f"torch.compile is unavailable on this machine: {reason}")
     import copy
 
     import torch._dynamo as dynamo

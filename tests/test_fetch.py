@@ -13,6 +13,7 @@ import shutil
 import stat
 import struct
 import subprocess
+import sys
 import tarfile
 import zipfile
 import zlib
@@ -342,3 +343,14 @@ def test_real_fetch(name, tmp_path, monkeypatch):
         text = (target / "prideprejudice.txt").read_text(encoding="utf-8")
         assert text.startswith("PRIDE AND PREJUDICE") and "It is a truth universally acknowledged" in text
         assert sum((target / f).stat().st_size for f in SOURCES[name].derived) > 4_000_000
+
+
+def test_looking_for_pip_leaves_setuptools_importable():
+    """The check for pip must not go through the import system: asking it for pip switches setuptools' distutils
+    hack off, and a later `import setuptools` (torch.compile's C++ builder does one) fails with an
+    AssertionError. Once that made every compile test of the suite skip after a data-source fetch. A fresh
+    interpreter, so that nothing else has imported setuptools first."""
+    code = ("from seqdiff.data.fetch import client_command; assert client_command('pip'); import setuptools; "
+            "print('ok')")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]

@@ -26,7 +26,7 @@ Design choices
 from __future__ import annotations
 
 import hashlib
-import importlib.util
+import importlib.metadata
 import json
 import shutil
 import subprocess
@@ -69,13 +69,24 @@ _CLIENT_PROGRAMS: dict[str, tuple[str, ...]] = {"apt": ("apt-get", "dpkg-deb"), 
 _REGISTRY = {"apt": "Debian package", "pip": "PyPI package", "npm": "npm package"}
 
 
+def _has_pip() -> bool:
+    """Whether this interpreter has pip, read from its installed metadata. Not `importlib.util.find_spec("pip")`:
+    asking the import system for pip makes setuptools' distutils hack switch itself off for the rest of the
+    process, and torch.compile (Inductor, through torch.utils.cpp_extension) then fails to import setuptools."""
+    try:
+        importlib.metadata.distribution("pip")
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
+
+
 def client_command(client: str) -> list[str] | None:
     """The command that runs `client`, or None when it is not available.
 
     pip is the running interpreter's (`python -m pip`) when it has one, else `pip` on PATH; apt needs both
     `apt-get` (download) and `dpkg-deb` (unpack) on PATH.
     """
-    if client == "pip" and importlib.util.find_spec("pip") is not None:
+    if client == "pip" and _has_pip():
         return [sys.executable, "-m", "pip"]
     programs = _CLIENT_PROGRAMS[client]
     paths = [shutil.which(p) for p in programs]
