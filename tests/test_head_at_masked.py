@@ -21,9 +21,10 @@ TINY = ModelConfig(hidden_size=16, n_layers=2, n_heads=2, max_seq_len=12, cond_d
                    time_conditioning=False)
 
 
-def _backbone(backbone="dit", time_conditioning=False, rc="none", tokenizer=TOK):
+def _backbone(backbone="dit", time_conditioning=False, rc="none", tokenizer=TOK, layers=TINY.n_layers):
     torch.manual_seed(0)
-    cfg = dataclasses.replace(TINY, backbone=backbone, time_conditioning=time_conditioning, rc_equivariant=rc)
+    cfg = dataclasses.replace(TINY, backbone=backbone, time_conditioning=time_conditioning, rc_equivariant=rc,
+                              n_layers=layers)
     complement = getattr(tokenizer, "complement_ids", None)
     return build_backbone(cfg, tokenizer.vocab_size, causal=False,
                           complement_ids=complement() if callable(complement) else complement)
