@@ -71,9 +71,9 @@ from seqdiff.bench.models import (
     CACHED_SPEEDUP_TARGET,
     DEFAULT_OUT,
     FULL_HEAD_MODEL,
+    OURS,
     PAIRS,
     SAMPLERS,
-    SEQDIFF_MODELS,
     TRAIN_MODELS,
     TRAIN_RATIO_TARGET,
     Shape,
@@ -167,7 +167,7 @@ def bench_training(shape: Shape, args: argparse.Namespace, device: torch.device,
     """Interleaved training rounds (+ the reference matmul as one more contender), then one profiled step each."""
     models, steps = {}, {}
     names = train_models(shape.activation, args.full_head)
-    ours = [name for name in names if name in SEQDIFF_MODELS or name == FULL_HEAD_MODEL]
+    ours = [name for name in names if name in OURS]
     for i, name in enumerate(names):
         torch.manual_seed(args.seed + i)
         models[name] = build_model(name, shape).to(device)

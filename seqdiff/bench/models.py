@@ -31,6 +31,8 @@ EXACT_GELU_PAIRS = {"bidirectional": ("seqdiff_bidirectional", "hf_bert"),
 FULL_HEAD_MODEL = "seqdiff_bidirectional_full_head"
 """--full-head: the bidirectional DiT once more, its MDLM loss with method.head_at_masked=false (the output head
 at every position), timed beside the default so that the head's saving is a ratio of one run."""
+OURS = (*SEQDIFF_MODELS, FULL_HEAD_MODEL)
+"""Every seqdiff contender (built by seqdiff, trained with a seqdiff method, compiled by --compile)."""
 SAMPLERS = {"mdlm_uncached": "ancestral", "mdlm_cached": "cached", "ar_kv": "ar"}
 TRAIN_RATIO_TARGET = 1.0
 CACHED_SPEEDUP_TARGET = 2.5
@@ -92,7 +94,7 @@ def _hf_quiet() -> None:
 
 def build_model(name: str, shape: Shape) -> nn.Module:
     """One of train_models(), randomly initialized (call torch.manual_seed first for a fixed init)."""
-    if name in SEQDIFF_MODELS or name == FULL_HEAD_MODEL:
+    if name in OURS:
         return build_backbone(shape.model_config(), shape.vocab_size, causal=name == "seqdiff_causal")
     _hf_quiet()
     if name.startswith("hf_bert"):
@@ -137,7 +139,7 @@ def make_train_step(name: str, model: nn.Module, shape: Shape, device: torch.dev
     params = list(model.parameters())
     opt = torch.optim.AdamW(params, lr=1e-4, **adamw_implementation(params))  # fused: what both sides train with
     model.train()
-    if name in SEQDIFF_MODELS or name == FULL_HEAD_MODEL:
+    if name in OURS:
         method = method_of(name, shape)
 
         def loss_fn() -> torch.Tensor:

@@ -170,6 +170,13 @@ class MDLM(Method):
     def head_share(self, backbone: nn.Module) -> float:
         return self.masked_share() if self.uses_sparse_head(backbone) else 1.0
 
+    def masked_logits(self, backbone: nn.Module, xt: Tensor, t: Tensor, **kwargs) -> tuple[Tensor, Tensor]:
+        """(flat positions of the masked tokens (N,), their SUBS logits (N, V), MASK at -inf): the sparse head."""
+        index = (xt == self.mask_id).flatten().nonzero()[:, 0]  # (N,)
+        torch._dynamo.maybe_mark_dynamic(index, 0)  # N changes every call: a compiled backbone compiles once
+        logits = backbone(xt, noise_level=self.noise_level(t), output_index=index, exclude_id=self.mask_id, **kwargs)
+        return index, logits
+
     def masked_share(self) -> float:
         """Expected share of the scored positions that a training draw masks: where method.head_at_masked runs
         the output head (for FLOP counts). Time-based draws: the mean of 1 - alpha(t) over t ~ U[t_min, 1] (the
@@ -244,10 +251,7 @@ class MDLM(Method):
             packing = {k: v.repeat(2, 1) for k, v in packing.items()}
         masked = xt == self.mask_id  # (B, L) SUBS carry-over: only masked positions carry loss
         if self.uses_sparse_head(backbone):
-            index = masked.flatten().nonzero()[:, 0]  # (N,) flat positions of the masked tokens
-            torch._dynamo.maybe_mark_dynamic(index, 0)  # N changes every step: a compiled backbone compiles once
-            logits = backbone(xt, noise_level=self.noise_level(t), attention_mask=attention_mask,
-                              output_index=index, exclude_id=self.mask_id, **packing)  # (N, V), MASK at -inf
+            index, logits = self.masked_logits(backbone, xt, t, attention_mask=attention_mask, **packing)
             nll = F.cross_entropy(logits.float(), x0.flatten()[index], reduction="none")  # (N,)
             per_token = weight[index // x0.shape[1]] * nll  # (N,) the nonzero terms of the (B, L) sum below
         elif self.subs:
@@ -274,10 +278,7 @@ class MDLM(Method):
         softmax; an unmasked position gets SUBS's carry-over, a one-hot on its token (every sampler reads the
         masked positions only, and a one-hot row draws its token whatever the uniforms)."""
         if self.uses_sparse_head(backbone):
-            index = (xt == self.mask_id).flatten().nonzero()[:, 0]  # (N,) flat positions of the masked tokens
-            torch._dynamo.maybe_mark_dynamic(index, 0)
-            logits = backbone(xt, noise_level=self.noise_level(t), output_index=index,
-                              exclude_id=self.mask_id)  # (N, V), MASK at -inf
+            index, logits = self.masked_logits(backbone, xt, t)  # (N,), (N, V)
             probs = F.one_hot(xt, logits.shape[-1]).to(torch.float64)  # (B, L, V) the carry-over
             probs.view(-1, logits.shape[-1])[index] = probs_from_logits(logits, temperature)
             return probs
