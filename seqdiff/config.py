@@ -570,6 +570,9 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
         raise ConfigError(errors[0] if errors else f"{key}: invalid value {value!r}")
     if origin is typing.Literal:
         allowed = typing.get_args(tp)
+        if value not in allowed and isinstance(value, (int, float)) and not isinstance(value, bool) \
+                and str(value) in allowed:  # YAML reads `precision: 32` (file or command line) as a number
+            value = str(value)
         if value not in allowed:
             raise ConfigError(f"{key}={value!r} is not allowed; choose one of {list(allowed)}")
         return value

@@ -80,23 +80,26 @@ FUSED_ADAMW_DEVICES = ("cuda", "cpu")
 per-parameter loop, which is torch's CPU default)."""
 
 
-def adamw_implementation(params: list[torch.Tensor]) -> dict[str, bool]:
+def adamw_implementation(params: list[torch.Tensor], fused: bool = True) -> dict[str, bool]:
     """AdamW's keyword for the fastest implementation torch has for these parameters: fused where every one is a
     plain floating-point tensor on a FUSED_ADAMW_DEVICES device, else foreach (fsdp2's DTensor shards, others).
-    Hugging Face's Trainer picks the fused AdamW by default too (torch >= 2.8)."""
+    Hugging Face's Trainer picks the fused AdamW by default too (torch >= 2.8). `fused=False` asks for foreach:
+    under a float16 loss scaler the fused kernel unscales inside its step, after gradient clipping would have
+    seen the scaled gradients, so Lightning refuses to clip with it."""
     from torch.distributed.tensor import DTensor
 
     plain = all(not isinstance(p, DTensor) and p.dtype.is_floating_point for p in params)
-    if params and plain and {p.device.type for p in params} <= set(FUSED_ADAMW_DEVICES):
+    if fused and params and plain and {p.device.type for p in params} <= set(FUSED_ADAMW_DEVICES):
         return {"fused": True}
     return {"foreach": True}
 
 
 def adamw_with_warmup(groups: Iterable[dict[str, Any]] | Iterable[torch.nn.Parameter],
                       lambdas: Multiplier | Sequence[Multiplier], *, lr: float, weight_decay: float = 0.0,
-                      betas: Sequence[float] = (0.9, 0.999)
+                      betas: Sequence[float] = (0.9, 0.999), fused: bool = True
                       ) -> tuple[torch.optim.AdamW, torch.optim.lr_scheduler.LambdaLR]:
-    """AdamW over `groups` and the LambdaLR that multiplies each group's lr by its multiplier at every step."""
+    """AdamW over `groups` and the LambdaLR that multiplies each group's lr by its multiplier at every step
+    (`fused`: see adamw_implementation)."""
     groups = list(groups)
     if groups and not isinstance(groups[0], dict):  # plain parameters: one group, as torch makes of them
         groups = [{"params": groups}]
@@ -107,7 +110,7 @@ def adamw_with_warmup(groups: Iterable[dict[str, Any]] | Iterable[torch.nn.Param
     kept = [(g, f) for g, f in kept if g["params"]]
     params = [p for g, _ in kept for p in g["params"]]
     optimizer = torch.optim.AdamW([g for g, _ in kept], lr=lr, betas=tuple(betas), weight_decay=weight_decay,
-                                  **adamw_implementation(params))
+                                  **adamw_implementation(params, fused))
     return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, [f for _, f in kept])
 
 

@@ -232,7 +232,28 @@ class SeqDiffModule(L.LightningModule):
             body_groups = decay_groups(body, cfg.weight_decay, name="body", lr=cfg.lr * cfg.backbone_lr_scale)
             groups = head_groups + body_groups
             lambdas = [lr_lambda(cfg)] * len(head_groups) + [backbone_lr_lambda(cfg)] * len(body_groups)
-        return lightning_optimizers(*adamw_with_warmup(groups, lambdas, lr=cfg.lr, betas=cfg.betas))
+        return lightning_optimizers(*adamw_with_warmup(groups, lambdas, lr=cfg.lr, betas=cfg.betas,
+                                                       fused=loss_scaler(self._trainer) is None))
+
+    def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None) -> None:
+        """Clip as Lightning does, except under bf16 autocast with the fused AdamW: Lightning's mixed-precision
+        plugin refuses to clip whenever the optimizer could unscale gradients itself, a float16 loss-scaler
+        concern that bf16 (no scaler, nothing to unscale) does not have. There the base precision plugin clips."""
+        from lightning.pytorch.plugins.precision import MixedPrecision, Precision
+        from lightning.pytorch.utilities import GradClipAlgorithmType
+
+        plugin = self.trainer.precision_plugin
+        if gradient_clip_val and isinstance(plugin, MixedPrecision) and plugin.scaler is None:
+            algorithm = GradClipAlgorithmType((gradient_clip_algorithm or "norm").lower())
+            Precision.clip_gradients(plugin, optimizer, gradient_clip_val, algorithm)
+            return
+        super().configure_gradient_clipping(optimizer, gradient_clip_val, gradient_clip_algorithm)
+
+
+def loss_scaler(trainer) -> Any:
+    """The float16 gradient scaler of the trainer's precision plugin, or None (float32, bf16: no scaler)."""
+    plugin = getattr(trainer, "precision_plugin", None)  # trainer None: a module outside a Trainer (tests, tools)
+    return getattr(plugin, "scaler", None)
 
 
 def slice_batch(batch: Batch, rows: slice) -> Batch:
