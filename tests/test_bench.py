@@ -133,9 +133,11 @@ def test_activation_option_picks_the_same_activation_contenders():
 
 
 @pytest.mark.slow
-def test_bench_with_exact_gelu_and_the_full_head_runs_end_to_end(tmp_path, keep_threads):
-    assert main([*TINY, "--activation", "gelu", "--full-head", "--out", str(tmp_path)]) == 0
+def test_bench_with_exact_gelu_the_full_head_and_bf16_runs_end_to_end(tmp_path, keep_threads):
+    assert main([*TINY, "--activation", "gelu", "--full-head", "--precision", "bf16", "--out", str(tmp_path)]) == 0
     data = json.loads((tmp_path / "bench.json").read_text())
+    assert data["precision"] == "bf16 autocast"  # on the CPU too: train.precision=bf16-mixed
+    assert "bf16 matmul 64²" in (tmp_path / "bench.md").read_text()
     assert data["config"]["activation"] == "gelu" and "hf_gpt2_gelu" in data["train_tokens_per_s"]
     md = (tmp_path / "bench.md").read_text()
     assert "exact GELU in the seqdiff models" in md and "--activation gelu" in md
@@ -148,6 +150,20 @@ def test_bench_with_exact_gelu_and_the_full_head_runs_end_to_end(tmp_path, keep_
     assert share == pytest.approx(MDLM(MethodConfig(), _vocab(data)).masked_share())
     assert data["flops_per_token"][full] > data["flops_per_token"]["seqdiff_bidirectional"]  # the whole head counts
     assert f"| {full} |" in md and "**Output head at the masked positions**" in md
+
+
+@pytest.mark.parametrize("bf16, dtype", [(None, torch.float32), (False, torch.float32), (True, torch.bfloat16)])
+@pytest.mark.parametrize("name", ["seqdiff_bidirectional", "hf_gpt2"])
+def test_a_train_step_runs_in_the_asked_precision_on_cpu(name, bf16, dtype):
+    from seqdiff.bench.models import Shape, build_model, make_train_step
+
+    shape = Shape(hidden_size=32, n_layers=1, n_heads=2, seq_len=8, batch_size=2, vocab_size=11)
+    model = build_model(name, shape)
+    seen = []
+    linear = next(m for m in model.modules() if isinstance(m, torch.nn.Linear))
+    linear.register_forward_hook(lambda mod, args, out: seen.append(out.dtype))
+    make_train_step(name, model, shape, torch.device("cpu"), 0, bf16)()
+    assert seen == [dtype]
 
 
 def _vocab(data):

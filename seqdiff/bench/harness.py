@@ -2,16 +2,18 @@
 
 What one run measures (all on one device, in one process):
 
-1. Training throughput (tokens/s of forward + backward + AdamW step; float32 on CPU, bf16 autocast on CUDA)
+1. Training throughput (tokens/s of forward + backward + AdamW step; float32 on CPU, bf16 autocast on CUDA;
+   `--precision bf16` autocasts on the CPU too, both sides, as train.precision=bf16-mixed does)
    of the bidirectional DiT with the MDLM loss against `BertForMaskedLM`, and of the causal DiT with the AR
    loss against `GPT2LMHeadModel` (untied embeddings, so the parameter counts match). Same width, depth,
    heads, vocabulary, sequence length, MLP width 4x, no dropout, SDPA attention. BERT runs twice: with its
    default exact GELU (what `ratio_vs_hf` uses) and with the tanh GELU (`gelu_new`). The DiT uses the tanh
    GELU by default (MDLM's choice); `--activation gelu` switches it to the exact GELU, so that the plain
    BERT is the same-activation contender (and GPT-2 runs once more with the exact GELU for the causal pair).
-2. The float32 matmul rate of the device (a large square matmul) and the fraction of it the seqdiff models
-   reach while training (model FLOPs from `DiT.flops_per_token`), with a torch.profiler breakdown of one
-   training step of every model by kind of operator, to show where the rest of the time goes.
+2. The matmul rate of the device in the training precision (float32; bf16 under bf16 autocast: a large square
+   matmul) and the fraction of it the seqdiff models reach while training (model FLOPs from
+   `DiT.flops_per_token`), with a torch.profiler breakdown of one training step of every model by kind of
+   operator, to show where the rest of the time goes.
 3. Sampling throughput at a few batch sizes: MDLM ancestral (uncached) and cached with steps = length, and
    AR with the KV cache, on untrained models (the cached sampler's savings depend on the schedule only).
 4. Peak memory of a training step (CUDA: allocator peak; CPU: peak RSS above the baseline).
@@ -132,6 +134,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--full-head", action="store_true",
                    help="also time the MDLM with the output head at every position (method.head_at_masked=false), "
                    "side by side with the default that runs it at the masked positions only")
+    p.add_argument("--precision", default="auto", choices=list(PRECISIONS),
+                   help="auto: bf16 autocast on CUDA, float32 on CPU (train.precision=auto); float32; bf16: bf16 "
+                   "autocast on any device (train.precision=bf16-mixed), for every contender")
     p.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda, cuda:1, ...")
     p.add_argument("--threads", type=int, default=0,
                    help="torch intra-op threads (0 = torch's default, usually the number of cores)")
@@ -161,6 +166,15 @@ def _validate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> list
 
 
 
+PRECISIONS = {"auto": None, "float32": False, "bf16": True}
+"""--precision -> the `bf16` argument of bench.models.autocast (None: bf16 on CUDA, float32 on CPU)."""
+
+
+def uses_bf16(args: argparse.Namespace, device: torch.device) -> bool:
+    bf16 = PRECISIONS[args.precision]
+    return device.type == "cuda" if bf16 is None else bf16
+
+
 # ---------------------------------------------------------------------------------------------- phases
 def bench_training(shape: Shape, args: argparse.Namespace, device: torch.device,
                    log: Callable[[str], None]) -> dict[str, Any]:
@@ -173,8 +187,9 @@ def bench_training(shape: Shape, args: argparse.Namespace, device: torch.device,
         models[name] = build_model(name, shape).to(device)
         if args.compile and name in ours:  # as train.compile does it: in place, compiled at warm-up
             models[name].compile()
-        steps[name] = make_train_step(name, models[name], shape, device, args.seed)
-    matmul, matmul_flop = make_matmul(args.matmul_size, device, args.seed)
+        steps[name] = make_train_step(name, models[name], shape, device, args.seed, uses_bf16(args, device))
+    matmul, matmul_flop = make_matmul(args.matmul_size, device, args.seed,
+                                      torch.bfloat16 if uses_bf16(args, device) else torch.float32)
     params = {name: num_params(m) for name, m in models.items()}
     # MDLM runs the output head at the masked positions only (method.head_at_masked): count it that often
     head_share = {name: method_of(name, shape).head_share(models[name]) for name in ours}
@@ -251,7 +266,7 @@ def bench_memory(shape: Shape, args: argparse.Namespace, device: torch.device) -
     def run(name: str) -> None:
         torch.manual_seed(args.seed)
         model = build_model(name, shape).to(device)
-        step = make_train_step(name, model, shape, device, args.seed)
+        step = make_train_step(name, model, shape, device, args.seed, uses_bf16(args, device))
         step()
         step()
 
@@ -281,7 +296,7 @@ def bench_sampling(shape: Shape, batches: list[int], args: argparse.Namespace, d
     calls = {key: {} for key in SAMPLERS}
     speedup, rounds_done = {}, {}
     for B in batches:
-        with autocast(device):
+        with autocast(device, uses_bf16(args, device)):
             for key in SAMPLERS:  # same shapes, a few steps: allocator and kernels warm
                 warm[key].generate(B, L, torch.Generator(device=device).manual_seed(args.seed))
         runs = {key: [] for key in SAMPLERS}
@@ -297,7 +312,7 @@ def bench_sampling(shape: Shape, batches: list[int], args: argparse.Namespace, d
                 out = {}
 
                 def go(smp=samplers[key], B=B, gen=gen, out=out) -> None:
-                    with autocast(device):
+                    with autocast(device, uses_bf16(args, device)):
                         out["s"] = smp.generate(B, L, gen)
 
                 secs = timed(go, device)
@@ -373,7 +388,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser, argv: list[st
         "torch": torch.__version__,
         "transformers": transformers.__version__,
         "python": platform.python_version(),
-        "precision": "bf16 autocast" if device.type == "cuda" else "float32",
+        "precision": "bf16 autocast" if uses_bf16(args, device) else "float32",
         "config": {"preset": args.preset, "hidden_size": shape.hidden_size, "n_layers": shape.n_layers,
                    "n_heads": shape.n_heads, "mlp_ratio": 4, "activation": shape.activation, "seq_len": shape.seq_len,
                    "batch_size": shape.batch_size, "vocab_size": shape.vocab_size, "repeats": args.repeats,

@@ -93,11 +93,13 @@ def rotated(items: list, r: int) -> list:
 
 
 # ---------------------------------------------------------------------------------------------- matmul
-def make_matmul(n: int, device: torch.device, seed: int) -> tuple[Callable[[], None], int]:
+def make_matmul(n: int, device: torch.device, seed: int,
+                dtype: torch.dtype = torch.float32) -> tuple[Callable[[], None], int]:
+    """An n x n @ n x n matmul in `dtype` (the reference rate of the precision the models train in) and its FLOPs."""
     gen = torch.Generator(device=device).manual_seed(seed)
-    a = torch.randn(n, n, generator=gen, device=device)
-    b = torch.randn(n, n, generator=gen, device=device)
-    out = torch.empty(n, n, device=device)
+    a = torch.randn(n, n, generator=gen, device=device).to(dtype)
+    b = torch.randn(n, n, generator=gen, device=device).to(dtype)
+    out = torch.empty(n, n, device=device, dtype=dtype)
     return (lambda: torch.mm(a, b, out=out)), 2 * n**3
 
 

@@ -58,10 +58,12 @@ def vocab_stub(vocab_size: int) -> SimpleNamespace:
     return SimpleNamespace(vocab_size=v, bos_id=v - 4, eos_id=v - 3, pad_id=v - 2, mask_id=v - 1)
 
 
-def autocast(device: torch.device) -> contextlib.AbstractContextManager:
-    if device.type == "cuda":
-        return torch.autocast("cuda", dtype=torch.bfloat16)
-    return contextlib.nullcontext()
+def autocast(device: torch.device, bf16: bool | None = None) -> contextlib.AbstractContextManager:
+    """bf16 autocast (train.precision=bf16-mixed) or none; `bf16=None`: the `auto` precision of training, bf16 on
+    CUDA and float32 on CPU."""
+    if bf16 is None:
+        bf16 = device.type == "cuda"
+    return torch.autocast(device.type, dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
 
 
 def num_params(model: nn.Module) -> int:
@@ -130,8 +132,9 @@ def method_of(name: str, shape: Shape) -> MDLM | AR:
 
 
 def make_train_step(name: str, model: nn.Module, shape: Shape, device: torch.device,
-                    seed: int) -> Callable[[], None]:
-    """A closure doing one optimizer step of `model` on a fixed random batch (no data loading is timed)."""
+                    seed: int, bf16: bool | None = None) -> Callable[[], None]:
+    """A closure doing one optimizer step of `model` on a fixed random batch (no data loading is timed), under
+    `autocast(device, bf16)`."""
     vocab = vocab_stub(shape.vocab_size)
     gen = torch.Generator(device=device).manual_seed(seed)
     x = torch.randint(0, vocab.bos_id, (shape.batch_size, shape.seq_len), generator=gen, device=device)  # (B, L)
@@ -151,7 +154,7 @@ def make_train_step(name: str, model: nn.Module, shape: Shape, device: torch.dev
 
     def step() -> None:
         opt.zero_grad(set_to_none=True)
-        with autocast(device):
+        with autocast(device, bf16):
             loss = loss_fn()
         loss.backward()
         opt.step()

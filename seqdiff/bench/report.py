@@ -50,7 +50,7 @@ def render_tables(result: dict[str, Any], train: dict[str, Any], sampling: dict[
         lines.append(f"| {pair} ({PAIRS[pair][1]}) | {_ratio(train['ratio'][pair])} | "
                      f"{_ratio(train['ratio_same_activation'][pair])} | {train['ratio_best'][pair]:.3f} |")
     mm = train["matmul"]
-    lines += ["", f"float32 matmul {result['config']['matmul_size']}²: "
+    lines += ["", f"{matmul_dtype(result)} matmul {result['config']['matmul_size']}²: "
               f"{_range(mm, lambda x: f'{x / 1e9:.1f}')} GFLOP/s", ""]
     lines += ["Operator time of one profiled training step (ms; `unattributed` = outside any operator)", "",
               "| model | " + " | ".join(CATEGORIES) + " | matmul kernels GFLOP/s |",
@@ -72,6 +72,11 @@ def render_tables(result: dict[str, Any], train: dict[str, Any], sampling: dict[
     return "\n".join(lines)
 
 
+def matmul_dtype(result: dict[str, Any]) -> str:
+    """The precision of the reference matmul: the one the models train in."""
+    return "bf16" if result.get("precision") == "bf16 autocast" else "float32"
+
+
 def explanation(result: dict[str, Any], train: dict[str, Any], sampling: dict[str, Any]) -> str:
     """The measured figures of bench.md as bullet lines: numbers and targets met / not met, no interpretation
     (what the operator categories hold and why the cached sampler's saving does not depend on the weights is
@@ -91,7 +96,8 @@ def explanation(result: dict[str, Any], train: dict[str, Any], sampling: dict[st
         f"({word[met['bidirectional']]}), causal (AR loss vs GPT2LMHeadModel) {r['causal']:.3f} "
         f"({word[met['causal']]}); with the same activation on both sides: bidirectional "
         f"{rs['bidirectional']:.3f}, causal {rs['causal']:.3f}.",
-        f"- **Matmul fraction**, model FLOPs (6 N + attention per token) over this device's float32 matmul rate "
+        f"- **Matmul fraction**, model FLOPs (6 N + attention per token) over this device's "
+        f"{matmul_dtype(result)} matmul rate "
         f"({mm / 1e9:.0f} GFLOP/s on {cfg['matmul_size']}² operands): bidirectional "
         f"{frac['seqdiff_bidirectional']:.0%}, causal {frac['seqdiff_causal']:.0%}. In the profiled bidirectional "
         f"step ({p['wall_ms']:.0f} ms) the matmul kernels run at {kernel / 1e9:.0f} GFLOP/s ({kernel / mm:.0%} of "
