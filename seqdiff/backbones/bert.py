@@ -32,6 +32,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from seqdiff.backbones.activations import ACTIVATIONS
+from seqdiff.backbones.attention import attention
 from seqdiff.backbones.dit import bias_excluding, init_normal_002, select_positions
 from seqdiff.config import ConfigError, ModelConfig
 
@@ -75,7 +76,7 @@ class BertAttention(nn.Module):
         B, L, H = x.shape
         q, k, v = self.qkv(x).view(B, L, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4)  # (B, nH, L, Dh)
         p = self.dropout_p if self.training else 0.0
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=p)  # (B, nH, L, Dh)
+        y = attention(q, k, v, attn_mask=attn_mask, dropout_p=p)  # (B, nH, L, Dh)
         return self.out(y.transpose(1, 2).reshape(B, L, H))  # (B, L, H)
 
 

@@ -18,11 +18,12 @@ Design choices and the papers behind them
   and the block starts as the identity. The final LayerNorm gets shift / scale the same way. LayerNorms
   that are modulated carry no affine parameters of their own (as in DiT). When time conditioning is off
   none of these parameters exist and the noise level is ignored.
-- Attention is `torch.nn.functional.scaled_dot_product_attention`. With no padding mask and no cache it
-  is called with `is_causal` / no mask so it can take its fastest (flash / memory-efficient) kernel; a
-  padding mask (True = real token) becomes an explicit boolean mask, combined with the causal triangle
-  when the model is causal. A query may always attend to itself, so a padded row is never fully masked
-  (a fully masked row would give NaN that leaks through the values into later layers).
+- Attention is `torch.nn.functional.scaled_dot_product_attention` (through seqdiff.backbones.attention,
+  which writes it out for bf16 on CPU at short lengths, where PyTorch's fused CPU kernel is slower). With
+  no padding mask and no cache it is called with `is_causal` / no mask so it can take its fastest (flash /
+  memory-efficient) kernel; a padding mask (True = real token) becomes an explicit boolean mask, combined
+  with the causal triangle when the model is causal. A query may always attend to itself, so a padded row
+  is never fully masked (a fully masked row would give NaN that leaks through the values into later layers).
 - KV cache for causal decoding: preallocated per-layer key / value buffers; new tokens are rotated at
   their absolute positions, written at [len, len + L_new), and attend causally over the first
   len + L_new cached positions. Prefill and token-by-token decoding share the same code path.
@@ -56,6 +57,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from seqdiff.backbones.activations import ACTIVATIONS
+from seqdiff.backbones.attention import attention
 from seqdiff.backbones.rotary import RotaryEmbedding, apply_rotary
 from seqdiff.config import ModelConfig
 
@@ -200,7 +202,7 @@ class SelfAttention(nn.Module):
         if BlockMask is not None and isinstance(attn_mask, BlockMask):  # packed documents on the flex kernel
             y = _flex(q, k, v, attn_mask)
         else:
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=is_causal)
+            y = attention(q, k, v, attn_mask=attn_mask, is_causal=is_causal)  # SDPA or, bf16 on CPU, explicit
         y = y.transpose(1, 2).reshape(B, L, H)  # (B, L, H)
         return self.dropout(self.out(y))
 
