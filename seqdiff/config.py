@@ -341,9 +341,10 @@ class TrainConfig:
     """Validation batches per validation (0 = the whole valid split)."""
     checkpoint_every: int = 200
     """Write a checkpoint every this many steps (and at the end)."""
-    precision: Literal["auto", "32", "bf16-mixed", "16-mixed"] = "auto"
-    """auto: bf16 autocast on CUDA, float32 on CPU. bf16-mixed also pays on CPUs that multiply bf16
-    natively (avx512_bf16 / AMX: about 2x the float32 step at the cpu-small shape, reports/bench)."""
+    precision: Literal["auto", "32", "bf16-mixed", "16-mixed", "bf16-if-native"] = "auto"
+    """auto: bf16 autocast on CUDA, float32 on CPU. bf16-if-native: bf16 autocast where the device multiplies
+    bf16 in hardware (CUDA, CPUs with avx512_bf16 / AMX: about 2x the float32 step at the cpu-small shape,
+    reports/bench), float32 elsewhere (seqdiff/training/precision.py)."""
     accelerator: str = "auto"
     """Lightning accelerator (auto, cpu, gpu)."""
     devices: int | str = "auto"

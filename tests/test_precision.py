@@ -59,8 +59,8 @@ def test_a_loss_scaler_gets_the_foreach_adamw(precision, fused):
     assert bool(defaults.get("fused")) is fused and bool(defaults.get("foreach")) is not fused
 
 
-def test_bf16_mixed_runs_the_backbone_under_autocast(tmp_path):
-    """The matmuls really run in bfloat16 (the point of the setting), the loss stays float32."""
+def linear_dtype_and_loss_dtype(tmp_path, precision: str) -> tuple[torch.dtype, torch.dtype]:
+    """One MDLM training step at `precision`: the dtype a backbone Linear returns, and the loss's dtype."""
     seen = {}
 
     class Peek(L.Callback):
@@ -75,13 +75,56 @@ def test_bf16_mixed_runs_the_backbone_under_autocast(tmp_path):
             seen["handle"].remove()
             seen["loss"] = outputs["loss"].dtype
 
-    train(load_run_config(None, [*RECIPE, "method.name=mdlm", "train.precision=bf16-mixed", "train.max_steps=1"]),
+    train(load_run_config(None, [*RECIPE, "method.name=mdlm", f"train.precision={precision}", "train.max_steps=1"]),
           tmp_path / "r", extra_callbacks=[Peek()])
-    assert seen["out"] == torch.bfloat16
-    assert seen["loss"] == torch.float32
+    return seen["out"], seen["loss"]
 
 
-@pytest.mark.parametrize("value", ["32", "bf16-mixed"])
+def test_bf16_mixed_runs_the_backbone_under_autocast(tmp_path):
+    """The matmuls really run in bfloat16 (the point of the setting), the loss stays float32."""
+    assert linear_dtype_and_loss_dtype(tmp_path, "bf16-mixed") == (torch.bfloat16, torch.float32)
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_bf16_if_native_follows_the_cpu(tmp_path, monkeypatch, native):
+    """bf16 autocast on a CPU that multiplies bf16 in hardware, float32 on one that would emulate it."""
+    for check in ("_is_avx512_bf16_supported", "_is_amx_tile_supported"):
+        monkeypatch.setattr(torch.cpu, check, lambda: native, raising=False)
+    expected = torch.bfloat16 if native else torch.float32
+    assert linear_dtype_and_loss_dtype(tmp_path, "bf16-if-native") == (expected, torch.float32)
+
+
+@pytest.mark.parametrize(("setting", "accelerator", "cuda", "native", "expected"), [
+    ("auto", "cpu", False, True, "32-true"),  # auto stays float32 on CPU, even where bf16 is native
+    ("auto", "auto", True, True, "bf16-mixed"),
+    ("auto", "cpu", True, True, "32-true"),  # a GPU is visible, the run asked for the CPU
+    ("32", "auto", True, True, "32-true"),
+    ("bf16-mixed", "cpu", False, False, "bf16-mixed"),  # asked for explicitly: emulated or not
+    ("bf16-if-native", "cpu", False, True, "bf16-mixed"),
+    ("bf16-if-native", "cpu", False, False, "32-true"),
+    ("bf16-if-native", "gpu", True, True, "bf16-mixed"),
+    ("bf16-if-native", "gpu", True, False, "32-true"),  # a GPU without bf16 (before Ampere)
+])
+def test_resolve_precision(monkeypatch, setting, accelerator, cuda, native, expected):
+    from seqdiff.training import precision
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: native)
+    for check in ("_is_avx512_bf16_supported", "_is_amx_tile_supported"):
+        monkeypatch.setattr(torch.cpu, check, lambda: native, raising=False)
+    assert precision.resolve_precision(setting, accelerator) == expected
+
+
+def test_the_precision_list_is_the_configs():
+    import typing
+
+    from seqdiff.config import TrainConfig
+    from seqdiff.training.precision import PRECISIONS
+
+    assert set(typing.get_args(typing.get_type_hints(TrainConfig)["precision"])) == set(PRECISIONS)
+
+
+@pytest.mark.parametrize("value", ["32", "bf16-mixed", "bf16-if-native"])
 def test_precision_from_the_command_line(value):
     assert load_run_config(None, [f"train.precision={value}"]).train.precision == value
 

@@ -64,6 +64,7 @@ from seqdiff.training.guards import (  # noqa: F401 (RunError is imported from h
 )
 from seqdiff.training.lock import RunLock
 from seqdiff.training.module import SeqDiffModule, check_micro_batch
+from seqdiff.training.precision import resolve_precision
 from seqdiff.training.resume import check_resume
 
 LAST_CHECKPOINT = Path("checkpoints") / "last.ckpt"
@@ -275,12 +276,6 @@ def optimizer_layout(strategy: str) -> str:
     return "fsdp" if strategy in FSDPStrategy.get_registered_strategies() else "by index"
 
 
-def resolve_precision(setting: str) -> str:
-    if setting != "auto":
-        return setting if setting != "32" else "32-true"
-    return "bf16-mixed" if torch.cuda.is_available() else "32-true"
-
-
 def train(config: RunConfig, run_dir: str | Path, resume: bool = False,
           extra_callbacks: list | None = None) -> TrainResult:
     """Train (or resume) the recipe in `run_dir`; returns the trained module and the last checkpoint.
@@ -305,7 +300,7 @@ def train(config: RunConfig, run_dir: str | Path, resume: bool = False,
         raise RunError(f"train.strategy={tcfg.strategy!r} is unknown; choose one of {strategies}")
     strategy, accelerator = build_strategy(tcfg)
     check_accelerator(accelerator)
-    precision = resolve_precision(tcfg.precision)
+    precision = resolve_precision(tcfg.precision, accelerator)
     if isinstance(strategy, FSDP2Strategy) and precision not in FSDP2Strategy.precisions:
         raise RunError(f"train.strategy=fsdp2 does not run with train.precision={tcfg.precision}; use bf16-mixed "
                        f"or 32")
