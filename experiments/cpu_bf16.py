@@ -11,6 +11,10 @@ order rotated, and the ratio is the median of per-round ratios (the machine is s
 loss stay float32 in both (autocast runs the matmuls, attention included, in bf16); training quality is a
 separate question, answered by training (the quickstart report).
 
+A third contender, `bf16 fused`, is the bf16 step with PyTorch's fused CPU attention kernel at every length
+(seqdiff.backbones.attention.EXPLICIT_MAX_LEN = 0): seqdiff's own bf16 step writes attention out at up to 128
+keys, where that kernel is slow, and `bf16 / bf16 fused` is what that choice buys.
+
 Writes <out>/results.json, <out>/table.md.
 """
 
@@ -29,6 +33,7 @@ from pathlib import Path
 
 import torch
 
+from seqdiff.backbones import attention as attention_module
 from seqdiff.bench.measure import OtherLoad, load_average, make_matmul, quiet_rounds, rotated, spread, timed
 from seqdiff.bench.models import Shape, build_model, make_train_step
 
@@ -44,14 +49,29 @@ model (nucleotide vocabulary with its special tokens)."""
 MODELS = ("seqdiff_bidirectional", "seqdiff_causal")
 
 
+VARIANTS = ("float32", "bf16", "bf16 fused")
+
+
+def with_fused_attention(step):
+    """`step` with PyTorch's fused attention kernel at every length (the explicit form switched off)."""
+    def run():
+        saved, attention_module.EXPLICIT_MAX_LEN = attention_module.EXPLICIT_MAX_LEN, 0
+        try:
+            return step()
+        finally:
+            attention_module.EXPLICIT_MAX_LEN = saved
+    return run
+
+
 def bench_shape(shape: Shape, args: argparse.Namespace) -> dict:
     steps, names = {}, []
     for m, model_name in enumerate(MODELS):
-        for bf16 in (False, True):
-            name = f"{model_name} {'bf16' if bf16 else 'float32'}"
+        for variant in VARIANTS:
+            name = f"{model_name} {variant}"
             torch.manual_seed(args.seed + m)
             model = build_model(model_name, shape)
-            steps[name] = make_train_step(model_name, model, shape, torch.device("cpu"), args.seed, bf16)
+            step = make_train_step(model_name, model, shape, torch.device("cpu"), args.seed, variant != "float32")
+            steps[name] = with_fused_attention(step) if variant == "bf16 fused" else step
             names.append(name)
     for name in names:
         for _ in range(args.warmup):
@@ -68,9 +88,11 @@ def bench_shape(shape: Shape, args: argparse.Namespace) -> dict:
     use = [i for i, q in enumerate(quiet) if q] if sum(quiet) >= 3 else list(range(args.rounds))
     tokens = shape.seq_len * shape.batch_size
     tok_s = {name: spread([tokens / times[name][i] for i in use]) for name in names}
-    ratio = {model_name: spread([times[f"{model_name} float32"][i] / times[f"{model_name} bf16"][i] for i in use])
-             for model_name in MODELS}
-    return {"shape": vars(shape), "tokens_per_s": tok_s, "bf16_over_float32": ratio, "rounds_used": len(use),
+    def ratio(fast: str, slow: str) -> dict[str, dict]:
+        return {m: spread([times[f"{m} {slow}"][i] / times[f"{m} {fast}"][i] for i in use]) for m in MODELS}
+
+    return {"shape": vars(shape), "tokens_per_s": tok_s, "bf16_over_float32": ratio("bf16", "float32"),
+            "bf16_over_bf16_fused": ratio("bf16", "bf16 fused"), "rounds_used": len(use),
             "rounds_quiet": sum(quiet), "others_cpu": others}
 
 
@@ -91,14 +113,16 @@ def table(results: dict) -> str:
              f"{results['load_average_start']} at the start, {results['load_average_end']} at the end).", "",
              f"Matmul {results['matmul_size']}²: float32 {mm['float32'] / 1e9:.0f} GFLOP/s, bf16 "
              f"{mm['bfloat16'] / 1e9:.0f} GFLOP/s ({mm['bfloat16'] / mm['float32']:.2f}x).", "",
-             "| shape | model | float32 tokens/s | bf16 tokens/s | bf16 / float32, median of rounds [min–max] | "
-             "rounds used (quiet) |", "| --- | --- | ---: | ---: | ---: | ---: |"]
+             "| shape | model | float32 tokens/s | bf16 fused tokens/s | bf16 tokens/s | bf16 / float32, median "
+             "of rounds [min–max] | bf16 / bf16 fused | rounds used (quiet) |",
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for label, res in results["shapes"].items():
         for model_name in MODELS:
-            f32, b16 = (res["tokens_per_s"][f"{model_name} {p}"]["median"] for p in ("float32", "bf16"))
-            r = res["bf16_over_float32"][model_name]
-            lines.append(f"| {label} | {model_name} | {f32:,.0f} | {b16:,.0f} | {r['median']:.2f}x "
-                         f"[{r['min']:.2f}–{r['max']:.2f}] | {res['rounds_used']} ({res['rounds_quiet']}) |")
+            f32, b16, fused = (res["tokens_per_s"][f"{model_name} {v}"]["median"] for v in VARIANTS)
+            r, a = res["bf16_over_float32"][model_name], res["bf16_over_bf16_fused"][model_name]
+            lines.append(f"| {label} | {model_name} | {f32:,.0f} | {fused:,.0f} | {b16:,.0f} | {r['median']:.2f}x "
+                         f"[{r['min']:.2f}–{r['max']:.2f}] | {a['median']:.2f}x [{a['min']:.2f}–{a['max']:.2f}] | "
+                         f"{res['rounds_used']} ({res['rounds_quiet']}) |")
     return "\n".join(lines) + "\n"
 
 

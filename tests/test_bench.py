@@ -168,3 +168,23 @@ def test_a_train_step_runs_in_the_asked_precision_on_cpu(name, bf16, dtype):
 
 def _vocab(data):
     return vocab_stub(data["config"]["vocab_size"])
+
+
+def test_the_cpu_bf16_experiment_times_float32_bf16_and_the_fused_kernel(tmp_path, monkeypatch):
+    """One round at the quickstart's shape: every contender timed, both ratios written, and the `bf16 fused`
+    contender really runs with the explicit attention switched off (and restores it)."""
+    from experiments import cpu_bf16
+    from seqdiff.backbones import attention as attention_module
+
+    seen = []
+    real = attention_module.uses_explicit
+    monkeypatch.setattr(attention_module, "uses_explicit",
+                        lambda q, k: seen.append(attention_module.EXPLICIT_MAX_LEN) or real(q, k))
+    assert cpu_bf16.main(["--out", str(tmp_path), "--rounds", "1", "--steps", "1", "--warmup", "0",
+                          "--shapes", "0", "--matmul-size", "256"]) == 0
+    results = json.loads((tmp_path / "results.json").read_text())
+    (shape,) = results["shapes"].values()
+    assert set(shape["tokens_per_s"]) == {f"{m} {v}" for m in cpu_bf16.MODELS for v in cpu_bf16.VARIANTS}
+    assert set(shape["bf16_over_bf16_fused"]) == set(cpu_bf16.MODELS)
+    assert 0 in seen and attention_module.EXPLICIT_MAX_LEN in seen and attention_module.EXPLICIT_MAX_LEN > 0
+    assert "bf16 / bf16 fused" in (tmp_path / "table.md").read_text()
