@@ -47,7 +47,10 @@ CANDIDATES: dict[str, list[str]] = {
     "mask_count-complementary-16": ["method.time_sampling=mask_count", "method.complementary_masks=true",
                                     "data.batch_size=16"],
 }
-"""Recipes tried, as overrides of seqdiff.quickstart.QUICKSTART (the preset's width is overridden too).
+"""Recipes tried, as overrides of seqdiff.quickstart.QUICKSTART (the preset's width is overridden too). The
+recipe changed in session 13 (2,000 steps, train.precision=bf16-if-native): the rows of
+reports/quickstart_sweep/results.json were measured against the 1,000-step float32 recipe, which
+`train.max_steps=1000 train.precision=auto` reproduces.
 `method.*` overrides are MDLM's: AR trains without them, and reuses the run of an earlier candidate whose
 AR overrides are the same (mask_count's AR run is the baseline's; both complementary candidates' AR run is
 complementary-16's, AR at 16 windows per step)."""
