@@ -104,8 +104,10 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     start = time.perf_counter()
     mdlm, ar = load_checkpoint(args.mdlm), load_checkpoint(args.ar)
-    if mdlm.method.name != "mdlm" or ar.method.name != "ar":
-        p.error(f"--mdlm is a {mdlm.method.name} model, --ar a {ar.method.name} model")
+    if mdlm.method.name != "mdlm":
+        p.error(f"--mdlm must be an MDLM model, got a {mdlm.method.name} model")
+    if not ar.method.exact_likelihood:  # the reference is an exact NLL
+        p.error(f"--ar must be a model with an exact likelihood (AR), got a {ar.method.name} model")
     data = mdlm.data_config
     tokens = tokenize_file(split_path(data, args.split), mdlm.tokenizer)
     train_tokens = tokenize_file(split_path(data, "train"), mdlm.tokenizer)
