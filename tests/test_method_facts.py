@@ -98,3 +98,21 @@ def test_no_module_compares_a_method_name_with_ar():
             found += [f"{path.relative_to(ROOT)}:{line}" for line in _name_comparisons(ast.parse(path.read_text()))]
     assert found == [], ("method facts are class attributes (exact_likelihood, causal, default_sampler): "
                          + ", ".join(found))
+
+
+@pytest.mark.parametrize("name", sorted(set(METHODS) - {"bd3lm"}))  # bd3lm refuses time conditioning itself
+def test_noise_level_input_is_true_and_time_conditioning_without_it_is_refused(name):
+    """A method that declares noise_level_input trains a time-conditioned backbone; one that does not (AR) is
+    refused when the recipe asks for one, instead of failing at the first training step."""
+    from seqdiff.config import ConfigError
+
+    tok = build_tokenizer("char")
+    model = ModelConfig(hidden_size=16, n_layers=1, n_heads=2, max_seq_len=16, time_conditioning=True)
+    config = MethodConfig(name=name)
+    if not METHODS[name].noise_level_input:
+        with pytest.raises(ConfigError, match="model.time_conditioning=true needs a method"):
+            build_model(model, config, tok)
+        return
+    method, backbone, _ = build_model(model, config, tok)
+    ids = torch.randint(0, tok.num_regular, (2, 8), generator=torch.Generator().manual_seed(0))
+    assert torch.isfinite(method.loss(backbone, Batch(input_ids=ids), torch.Generator().manual_seed(0)).loss)

@@ -33,6 +33,9 @@ def resolve_model_config(model: ModelConfig, method: Method) -> ModelConfig:
     """Fill what the recipe left to the method (time conditioning)."""
     if model.time_conditioning is None:
         model = dataclasses.replace(model, time_conditioning=method.default_time_conditioning)
+    if model.time_conditioning and not method.noise_level_input:  # else it fails at the first training step
+        raise ConfigError(f"model.time_conditioning=true needs a method that gives the backbone a noise level; "
+                          f"method.name={method.name} has none (leave model.time_conditioning null or set it false)")
     return model
 
 

@@ -27,6 +27,8 @@ class AR(Method):
     """KV-cached left-to-right generation."""
     packable = True
     """Packed documents: shifted per document, attention causal within each (module docstring)."""
+    noise_level_input = False
+    """Nothing is noised: a time-conditioned backbone would have nothing to condition on."""
 
     def shift_right(self, x: Tensor, segment_ids: Tensor | None = None) -> Tensor:
         """(B, L) -> (B, L): BOS followed by all but the last token; with segment ids, BOS at the first token

@@ -78,6 +78,8 @@ class Method(ABC):
     """The sampler (seqdiff.samplers.SAMPLERS) `build_sampler` picks when sample.sampler is null."""
     default_time_conditioning: ClassVar[bool] = False
     """model.time_conditioning when the recipe leaves it null."""
+    noise_level_input: ClassVar[bool] = True
+    """Whether `loss`, `nll` and the samplers give the backbone a noise level (a time-conditioned one needs it)."""
     packable: ClassVar[bool] = False
     """Whether `loss` / `nll` take packed documents (Batch.segment_ids) and keep each document to itself."""
 
