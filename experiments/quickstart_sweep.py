@@ -57,8 +57,10 @@ complementary-16's, AR at 16 windows per step)."""
 
 
 def method_overrides(overrides: list[str], method: str) -> list[str]:
-    """The overrides that apply to `method`: AR takes no method.* key (they tune the diffusion objective)."""
-    return overrides if method == "mdlm" else [o for o in overrides if not o.startswith("method.")]
+    """The overrides that apply to `method`: AR takes no method.* key (they tune the diffusion objective) and no
+    model.time_conditioning (it has no noise level to condition on, and refuses one)."""
+    diffusion_only = ("method.", "model.time_conditioning=")
+    return overrides if method == "mdlm" else [o for o in overrides if not o.startswith(diffusion_only)]
 
 
 def run_name(name: str, overrides: list[str], method: str, candidates: dict[str, list[str]]) -> str:

@@ -50,6 +50,9 @@ def test_sweep_candidates_are_valid_recipes_and_bad_names_are_refused(capsys):
     name = "mask_count-complementary-16"
     assert sweep.run_name(name, sweep.CANDIDATES[name], "ar", sweep.CANDIDATES) == "complementary-16"
     assert sweep.candidate_config(name, sweep.CANDIDATES[name], "mdlm").method.complementary_masks
+    # time conditioning is MDLM's too: AR has no noise level and refuses it
+    assert sweep.method_overrides(["model.time_conditioning=true", "train.lr=1e-3"], "ar") == ["train.lr=1e-3"]
+    assert sweep.candidate_config("tc", ["model.time_conditioning=true"], "mdlm").model.time_conditioning
     wide = sweep.candidate_config("w", ["model.hidden_size=192", "model.n_layers=3", "model.n_heads=3"], "ar")
     assert (wide.model.hidden_size, wide.model.n_layers) == (192, 3)  # the preset does not win over the sweep
     with pytest.raises(SystemExit):
