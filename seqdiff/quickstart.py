@@ -36,7 +36,7 @@ from seqdiff.training.run import LAST_CHECKPOINT, train
 
 # The embedded default; configs/quickstart.yaml is the same recipe as a file (a test keeps them equal). Chosen by
 # reports/quickstart_sweep on the validation play: 2,000 steps in bf16 where the CPU multiplies bf16 natively fit
-# the 5-minute budget on a quiet 2-core machine (float32 elsewhere, where a training step is about 1.4x slower).
+# the 5-minute budget on a quiet 2-core machine (float32 elsewhere, where a training step is about 1.5x slower).
 QUICKSTART = RunConfig(
     name="quickstart",
     model=ModelConfig(preset="cpu-tiny", hidden_size=128, n_layers=2, n_heads=2, max_seq_len=128),

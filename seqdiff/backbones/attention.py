@@ -25,11 +25,12 @@ EXPLICIT_MAX_LEN = 128
 _CAUSAL: dict[tuple[int, str], Tensor] = {}
 
 
-def causal_mask(length: int, device: torch.device) -> Tensor:
-    """(L, L) True on and below the diagonal; cached, as every layer of every step asks for the same one."""
+def causal_bias(length: int, device: torch.device) -> Tensor:
+    """(L, L) float32, 0 on and below the diagonal and -inf above; cached, as every layer of every step asks for
+    the same one. Added to the scores: one pass, and no row is fully masked, so no NaN to clean up."""
     key = (length, str(device))
     if key not in _CAUSAL:
-        _CAUSAL[key] = torch.ones(length, length, dtype=torch.bool, device=device).tril()
+        _CAUSAL[key] = torch.full((length, length), float("-inf"), device=device).triu(1)
     return _CAUSAL[key]
 
 
@@ -40,15 +41,14 @@ def explicit_attention(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None
         raise ValueError("attention: an explicit attn_mask cannot be combined with is_causal=True")
     wide = torch.promote_types(q.dtype, torch.float32)  # bf16 / float16 scores are normalized in float32
     scores = torch.matmul(q, k.transpose(-1, -2)).to(wide) * q.shape[-1] ** -0.5  # (B, nH, L, S)
-    allowed = causal_mask(q.shape[-2], q.device) if is_causal else None
-    if attn_mask is not None and attn_mask.dtype == torch.bool:
-        allowed = attn_mask
+    if is_causal:
+        scores = scores + causal_bias(q.shape[-2], q.device).to(wide)
+    elif attn_mask is not None and attn_mask.dtype == torch.bool:
+        scores = scores.masked_fill(~attn_mask, float("-inf"))
     elif attn_mask is not None:
         scores = scores + attn_mask.to(wide)
-    if allowed is not None:
-        scores = scores.masked_fill(~allowed, float("-inf"))
     probs = torch.softmax(scores, dim=-1)
-    if allowed is not None or attn_mask is not None:
+    if attn_mask is not None:
         probs = probs.nan_to_num(0.0)  # rows with every key masked: zeros, not NaN
     return torch.matmul(probs.to(v.dtype), v)
 
