@@ -67,13 +67,22 @@ RECIPES: dict[str, list[str]] = {
         "train.lr=2e-3", "train.max_steps=6000", "train.warmup_steps=200", "train.val_every=500",
         "train.val_batches=16", "train.checkpoint_every=500", "train.log_every=50", "train.progress_bar=false",
     ],
+    "cpu_small_bf16": [
+        "data.seq_len=128", "model.max_seq_len=128", "data.batch_size=32", "data.eval_batch_size=64",
+        "train.lr=2e-3", "train.max_steps=15000", "train.warmup_steps=200", "train.val_every=1000",
+        "train.val_batches=16", "train.checkpoint_every=1000", "train.log_every=100", "train.progress_bar=false",
+        "train.precision=bf16-if-native",
+    ],
 }
 """Overrides of the CPU recipes. short: a 2-core CPU shared with five other jobs, 128-nt context, 600 steps x 16
 windows (1.2 M bases per model, `cpu-small`). long: 6,000 steps x 32 windows of 128 nt (24.6 M bases, 46% of
 the training blocks) for a DiT of width 192 and depth 3, the size a measured 0.8 s per step on one core lets
 train in about 90 minutes (in the same time `cpu-tiny` would see about 2.5x the bases at 0.4 M parameters,
 `cpu-small` about half);
-the learning rate of the cpu-tiny chr20 runs of reports/bd3lm at the same batch."""
+the learning rate of the cpu-tiny chr20 runs of reports/bd3lm at the same batch. cpu_small_bf16 (session 13):
+the `cpu-small` DiT (256 wide, 4 layers) for 15,000 steps x 32 windows of 128 nt (61.4 M bases, more than the
+training blocks hold) under bf16 autocast where the CPU has it, about 2.2x the float32 step on this machine
+(reports/bench/cpu_bf16_speedup); sized for about an hour on 2 threads."""
 DONE = Path("checkpoints") / "DONE"
 MARKOV_ORDERS = (0, 2, 5, 8)
 PAPER = {"mdlm_perplexity": 3.199, "ar_perplexity": 3.067}  # MDLM paper, human genome (HG38), per base
@@ -102,10 +111,11 @@ def parse_resumed(values: list[str]) -> dict[str, int]:
     return out
 
 
-def train_runs(runs: Path, recipe: str = "short", resumed: dict[str, int] | None = None) -> None:
+def train_runs(runs: Path, recipe: str = "short", resumed: dict[str, int] | None = None,
+               methods: tuple[str, ...] = METHODS) -> None:
     """Train each method's run unless its DONE marker exists; a partial run is resumed. A method in `resumed` is
     then resumed to its train.max_steps (marker DONE-<steps>)."""
-    for method in METHODS:
+    for method in methods:
         run_dir = runs / method
         config = load_run_config(RECIPE.format(method=method), RECIPES[recipe])
         parts = [(DONE, config)]
@@ -413,8 +423,9 @@ def table(results: dict) -> str:
     lines += [f"| Markov chain, {k.replace('_', ' ')} | {v:.4f} | {2 ** v:.4f} | exact | - |"
               for k, v in results["markov"].items()]
     lines += extrapolation_lines(results)
-    lines += ["", f"Relative gap (MDLM bound / AR - 1, in bits): {100 * results['relative_gap']:+.2f}%.", "",
-              "| source | GC mean | GC std over sequences | CpG obs/exp | "
+    if results["relative_gap"] is not None:
+        lines += ["", f"Relative gap (MDLM bound / AR - 1, in bits): {100 * results['relative_gap']:+.2f}%."]
+    lines += ["", "| source | GC mean | GC std over sequences | CpG obs/exp | "
               + " | ".join(f"TV k={k}" for k in range(1, 7)) + " |", "|---|---|---|---|" + "---|" * 6]
     lines += [f"| {name} | {m['gc_content']:.4f} | {m['gc_std']:.4f} | {m['cpg_obs_exp']:.3f} | "
               + " | ".join(f"{m[f'kmer_tv_k{k}']:.4f}" for k in range(1, 7)) + " |"
@@ -430,24 +441,27 @@ def table(results: dict) -> str:
 
 def run(runs: Path, out: Path, do_train: bool, max_test_windows: int | None, num_t_samples: int,
         num_samples: int, sample_steps: int, loader_batches: int, loader_rounds: int, command: str,
-        recipe: str = "short", resumed: dict[str, int] | None = None) -> dict:
+        recipe: str = "short", resumed: dict[str, int] | None = None, methods: tuple[str, ...] = METHODS) -> dict:
+    """The report of the runs of `methods` (both by default; one of them reports that model alone, without the
+    MDLM / AR gap)."""
     torch.set_num_threads(1)
     if do_train:
-        train_runs(runs, recipe, resumed)
-    for method in METHODS:
+        train_runs(runs, recipe, resumed, methods)
+    for method in methods:
         if not (runs / method / LAST_CHECKPOINT).is_file():
             raise SystemExit(f"[dna] no checkpoint at {runs / method / LAST_CHECKPOINT}; pass --train")
     start = time.perf_counter()
     results: dict = {"command": command, "recipe": recipe,
                      "train_commands": {m: train_command(m, runs / m, recipe, (resumed or {}).get(m))
-                                        for m in METHODS},
+                                        for m in methods},
                      "models": {}, "seconds": {}}
     load_start = os.getloadavg()[0]
-    models = {m: load_checkpoint(runs / m) for m in METHODS}
-    cfg = models["mdlm"].data_config
-    if cfg != models["ar"].data_config:
+    models = {m: load_checkpoint(runs / m) for m in methods}
+    first = models[methods[0]]
+    cfg = first.data_config
+    if any(model.data_config != cfg for model in models.values()):
         raise SystemExit("[dna] the two runs were trained on different data configs")
-    dm = build_data_module(cfg, models["mdlm"].tokenizer)
+    dm = build_data_module(cfg, first.tokenizer)
     dm.check_files()
     n_tiles = len(dm.eval_dataset("test"))
     index = evenly(n_tiles, max_test_windows)
@@ -465,16 +479,17 @@ def run(runs: Path, out: Path, do_train: bool, max_test_windows: int | None, num
             "train_seconds": json.loads(timing.read_text())["train_seconds"] if timing.is_file() else math.nan,
             "curves": val_curve(runs / method), "checkpoint": str(model.path),
         }
-    mdlm_bits = results["models"]["mdlm"]["test"]["bits_per_base"]
-    ar_bits = results["models"]["ar"]["test"]["bits_per_base"]
-    results["relative_gap"] = mdlm_bits / ar_bits - 1
+    results["relative_gap"] = None  # with one model there is no gap
+    if {"mdlm", "ar"} <= set(models):
+        results["relative_gap"] = (results["models"]["mdlm"]["test"]["bits_per_base"]
+                                   / results["models"]["ar"]["test"]["bits_per_base"] - 1)
     results["paper_perplexity"] = PAPER  # for comparison: the MDLM paper's per-base numbers on HG38
     results["seconds"]["likelihood"] = time.perf_counter() - start
 
     t = time.perf_counter()
     test_segs = tile_segments(dm, "test", index)
     # the tiles training validated on: Lightning's first val_batches batches of the (unshuffled) valid loader
-    train_cfg = load_run_config(runs / "mdlm" / "config.yaml").train
+    train_cfg = load_run_config(runs / methods[0] / "config.yaml").train
     n_valid = len(dm.eval_dataset("valid"))
     n_val = min(n_valid, train_cfg.val_batches * cfg.eval_batch_size) if train_cfg.val_batches else n_valid
     results["markov"], results["markov_valid"] = markov_yardstick(
@@ -482,8 +497,8 @@ def run(runs: Path, out: Path, do_train: bool, max_test_windows: int | None, num
     results["valid_tiles"] = n_val
     results["seconds"]["markov"] = time.perf_counter() - t
     best_order, best_bits = min(results["markov_valid"].items(), key=lambda kv: kv[1])
-    recipe_steps = load_run_config(RECIPE.format(method="ar"), RECIPES[recipe]).train.max_steps  # where resumes began
-    for method in METHODS:
+    recipe_steps = load_run_config(RECIPE.format(method=methods[0]), RECIPES[recipe]).train.max_steps  # resumes began
+    for method in methods:
         results["models"][method]["extrapolation"] = {
             "markov_order": best_order,
             **extrapolate(results["models"][method]["curves"], best_bits, train_cfg.warmup_steps,
@@ -524,9 +539,9 @@ def run(runs: Path, out: Path, do_train: bool, max_test_windows: int | None, num
     results["setup"] = {
         "fasta": cfg.fasta.path, "block_size": cfg.fasta.block_size, "valid_fraction": cfg.fasta.valid_fraction,
         "test_fraction": cfg.fasta.test_fraction, "split_seed": cfg.fasta.split_seed, "seq_len": cfg.seq_len,
-        "batch_size": cfg.batch_size, "preset": models["mdlm"].model_config.preset,
-        "lr": load_run_config(RECIPE.format(method="mdlm"), RECIPES[recipe]).train.lr,
-        "width": models["mdlm"].model_config.hidden_size, "depth": models["mdlm"].model_config.n_layers,
+        "batch_size": cfg.batch_size, "preset": first.model_config.preset,
+        "lr": load_run_config(RECIPE.format(method=methods[0]), RECIPES[recipe]).train.lr,
+        "width": first.model_config.hidden_size, "depth": first.model_config.n_layers,
         "split_sizes": {k: v for k, v in _split_sizes(dm).items()}, "cpu_count": os.cpu_count(),
         "chromosomes": {c: dm.fasta.lengths[c] for c in dict.fromkeys(iv.chrom for iv in dm.intervals())},
         "torch_threads": torch.get_num_threads(), "load_average_at_start": load_start,
@@ -536,7 +551,8 @@ def run(runs: Path, out: Path, do_train: bool, max_test_windows: int | None, num
     _plots(results, out)
     write_atomically(out / "summary.json", json.dumps(results, indent=2) + "\n")
     write_atomically(out / "table.md", table(results))
-    print(f"[dna] gap {100 * results['relative_gap']:+.2f}%; report in {out}/", file=sys.stderr)
+    gap = "" if results["relative_gap"] is None else f"gap {100 * results['relative_gap']:+.2f}%; "
+    print(f"[dna] {gap}report in {out}/", file=sys.stderr)
     return results
 
 
@@ -559,14 +575,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--loader-rounds", type=int, default=5, help="alternating rounds of 0 and 2 workers")
     p.add_argument("--recipe", choices=sorted(RECIPES), default="short",
                    help="training overrides of --train and of the recorded train commands (RECIPES)")
+    p.add_argument("--methods", default=",".join(METHODS),
+                   help="comma-separated runs to report (default both; one reports that model alone)")
     p.add_argument("--resumed", action="append", default=[], metavar="METHOD=STEPS",
                    help="the method's run was trained with --recipe, then resumed to train.max_steps=STEPS (recorded "
                         "in the train commands; repeatable)")
     args = p.parse_args(argv)
     resumed = parse_resumed(args.resumed)
+    methods = tuple(m for m in args.methods.split(",") if m)
+    if not methods or any(m not in METHODS for m in methods):
+        p.error(f"--methods {args.methods!r}: choose from {list(METHODS)}")
     command = "python -m experiments.dna_experiment " + " ".join(sys.argv[1:] if argv is None else argv)
     run(Path(args.runs), Path(args.out), args.train, args.max_test_windows, args.num_t_samples, args.num_samples,
-        args.sample_steps, args.loader_batches, args.loader_rounds, command.strip(), args.recipe, resumed)
+        args.sample_steps, args.loader_batches, args.loader_rounds, command.strip(), args.recipe, resumed, methods)
     return 0
 
 

@@ -154,6 +154,17 @@ def test_pipeline_end_to_end_on_slices(slices, tmp_path, monkeypatch):
         assert r["extrapolation"]["target"] == min(summary["markov_valid"].values())
         assert r["extrapolation"]["fit"] is None
     assert (out / "extrapolation.png").is_file() and "Validation tiles: 8" in text
+    # one model alone (--methods mdlm): its rows, no MDLM / AR gap, the same test tiles
+    alone = tmp_path / "alone"
+    X.main(["--runs", str(runs), "--out", str(alone), "--max-test-windows", "20", "--num-samples", "4",
+            "--sample-steps", "8", "--loader-batches", "2", "--loader-rounds", "1", "--methods", "mdlm"])
+    single = json.loads((alone / "summary.json").read_text())
+    assert set(single["models"]) == {"mdlm"} and single["relative_gap"] is None
+    assert single["models"]["mdlm"]["test"]["num_tokens"] == m["num_tokens"]
+    assert set(single["realism"]["sources"]) == {"MDLM", "real (valid)", "shuffled real (valid)"}
+    assert "Relative gap" not in (alone / "table.md").read_text()
+    with pytest.raises(SystemExit):
+        X.main(["--runs", str(runs), "--out", str(alone), "--methods", "sedd"])
 
 
 def test_a_resumed_run_records_both_commands_and_trains_both_parts(tmp_path, monkeypatch):
