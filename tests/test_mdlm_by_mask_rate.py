@@ -74,3 +74,55 @@ def test_the_ngram_infill_is_the_conditional_of_the_whole_text():
         joint = np.array(joint)
         expected = -(joint[text[i]] - np.log2(np.exp2(joint).sum()))
         assert abs(ngram_infill_bits(model, text, np.array([i])) - expected) < 1e-9
+
+
+def test_the_markov_infill_is_the_conditional_of_the_whole_segment():
+    import numpy as np
+
+    from experiments.mdlm_by_mask_rate import markov_infill_bits
+    from seqdiff.evaluation.markov import MarkovChain
+
+    rng = np.random.default_rng(0)
+    train = rng.integers(0, 4, 2000)
+    train[::4] = 2  # structure on both sides of a base
+    chain = MarkovChain(3).fit([train])
+    seg = rng.integers(0, 4, 20)
+    for i in (0, 2, 9, 18, 19):
+        joint = []
+        for c in range(4):
+            s = seg.copy()
+            s[i] = c
+            joint.append(-chain.score([s])[0])
+        joint = np.array(joint)
+        expected = -(joint[seg[i]] - np.log2(np.exp2(joint).sum()))
+        assert abs(markov_infill_bits(chain, [seg], [(0, i)]) - expected) < 1e-9
+
+
+def test_end_to_end_on_text_and_on_fasta_tiles(tmp_path):
+    """Both data kinds: the curve, the bound beside it, the counting references; AR optional."""
+    import json
+
+    from experiments.mdlm_by_mask_rate import main
+    from seqdiff.config import load_run_config
+    from seqdiff.training.run import train
+    from tests.test_ddp import RECIPE
+    from tests.test_dna_experiment import FIXTURES, STEM, overrides
+
+    for method in ("mdlm", "ar"):
+        train(load_run_config(None, [*RECIPE, f"method.name={method}"]), tmp_path / method)
+    assert main(["--mdlm", str(tmp_path / "mdlm"), "--ar", str(tmp_path / "ar"), "--out", str(tmp_path / "text"),
+                 "--grid", "4", "--draws", "1", "--num-t-samples", "1", "--infill-positions", "10"]) == 0
+    text = json.loads((tmp_path / "text" / "results.json").read_text())
+    assert len(text["curve"]) == 4 and text["ar_bits"] > 0 and text["ngram_infill_positions"] == 10
+    assert "| AR: exact NLL |" in (tmp_path / "text" / "table.md").read_text()
+
+    for suffix in (".fa.gz", ".fa.gz.fai", ".fa.gz.gzi", ".bed"):
+        (tmp_path / f"{STEM}{suffix}").write_bytes((FIXTURES / f"{STEM}{suffix}").read_bytes())
+    train(load_run_config(None, overrides(tmp_path, **{"method.name": "mdlm"})), tmp_path / "dna")
+    assert main(["--mdlm", str(tmp_path / "dna"), "--out", str(tmp_path / "dna_report"), "--grid", "4",
+                 "--draws", "1", "--num-t-samples", "1", "--infill-positions", "10", "--max-blocks", "6",
+                 "--markov-order", "2"]) == 0
+    dna = json.loads((tmp_path / "dna_report" / "results.json").read_text())
+    assert dna["ar_bits"] is None and 0 < dna["blocks"] <= 6 and dna["seq_len"] == 64
+    assert dna["ngram_label"].startswith("Markov chain, order 2") and 0 < dna["ngram_infill_bits"] < 4
+    assert "AR: exact NLL" not in (tmp_path / "dna_report" / "table.md").read_text()
