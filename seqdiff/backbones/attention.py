@@ -2,12 +2,13 @@
 
 On CPU under bf16 autocast, PyTorch's fused CPU kernel (`_scaled_dot_product_flash_attention_for_cpu`) is slow
 at short sequences: its backward alone took 11 ms per layer at 32 x 128 tokens, 2 heads, ten times its forward,
-and forward + backward ran 2-3x slower than softmax(q k^T) v written out (bf16 matmuls, float32 softmax), which
-made a quickstart training step 1.3x and a DNA cpu-small step 1.2-1.4x faster (reports/bench/README.md,
-"attention"). At 256 tokens the two are even and from there the fused kernel wins (it never holds the L x L
-scores), and in float32 it wins at every length measured, so the explicit form is used only for bf16 / float16
-queries on CPU with at most EXPLICIT_MAX_LEN keys, self-attention without a KV cache, and never under
-torch.compile (Inductor fuses attention itself). Elsewhere, CUDA included, SDPA picks its kernel as before.
+and forward + backward ran 2-3x slower than softmax(q k^T) v written out (bf16 matmuls, float32 softmax); the
+explicit form makes a quickstart-shape training step 1.26-1.36x and a DNA cpu-small step 1.33x faster
+(reports/bench/cpu_bf16_speedup, reports/bench/README.md "Attention"). At 256 tokens the two are even and
+from there the fused kernel wins (it never holds the L x L scores), and in float32 it wins at every length
+measured, so the explicit form is used only for bf16 / float16 queries on CPU with at most EXPLICIT_MAX_LEN
+keys, self-attention without a KV cache, and never under torch.compile (Inductor fuses attention itself).
+Elsewhere, CUDA included, SDPA picks its kernel as before.
 
 Masks follow SDPA: a boolean mask is True where a query may attend, a float mask is added to the scores, and
 `is_causal` masks the upper triangle. A query row with every key masked gets zeros, as SDPA's math path gives.
