@@ -69,7 +69,7 @@ RECIPES: dict[str, list[str]] = {
     ],
     "cpu_small_bf16": [
         "data.seq_len=128", "model.max_seq_len=128", "data.batch_size=32", "data.eval_batch_size=64",
-        "train.lr=2e-3", "train.max_steps=12000", "train.warmup_steps=200", "train.val_every=1000",
+        "train.lr=1e-3", "train.max_steps=11000", "train.warmup_steps=200", "train.val_every=1000",
         "train.val_batches=16", "train.checkpoint_every=1000", "train.log_every=100", "train.progress_bar=false",
         "train.precision=bf16-if-native",
     ],
@@ -80,9 +80,10 @@ the training blocks) for a DiT of width 192 and depth 3, the size a measured 0.8
 train in about 90 minutes (in the same time `cpu-tiny` would see about 2.5x the bases at 0.4 M parameters,
 `cpu-small` about half);
 the learning rate of the cpu-tiny chr20 runs of reports/bd3lm at the same batch. cpu_small_bf16 (session 13):
-the `cpu-small` DiT (256 wide, 4 layers) for 12,000 steps x 32 windows of 128 nt (49.2 M bases, 92% of the
+the `cpu-small` DiT (256 wide, 4 layers) for 11,000 steps x 32 windows of 128 nt (45.1 M bases, 84% of the
 training blocks' 53.7 M) under bf16 autocast where the CPU has it, about 2.2x the float32 step on this machine
-(reports/bench/cpu_bf16_speedup); sized for about an hour on 2 threads (0.3 s per step measured at the start)."""
+(reports/bench/cpu_bf16_speedup); sized for under an hour on 2 threads (0.28 s per step measured). lr 1e-3, the
+config's: at 2e-3 this model was no better than the unigram after 1,000 steps (reports/dna/cpu_small_bf16)."""
 DONE = Path("checkpoints") / "DONE"
 MARKOV_ORDERS = (0, 2, 5, 8)
 PAPER = {"mdlm_perplexity": 3.199, "ar_perplexity": 3.067}  # MDLM paper, human genome (HG38), per base
