@@ -53,6 +53,19 @@ def test_the_mean_over_mask_counts_is_the_nelbo_bound():
     assert abs(sum(k / L * c for k, c in zip(range(1, L + 1), curve)) / (L + 1) * 2 - nats) > 0.1 * nats
 
 
+def whole_sequence_bits(log2_joint, seq, i: int, vocab: int) -> float:
+    """Brute force: -log2 P(x_i | the rest), normalizing the joint of the whole sequence over x_i."""
+    import numpy as np
+
+    joint = []
+    for c in range(vocab):
+        t = seq.copy()
+        t[i] = c
+        joint.append(log2_joint(t))
+    joint = np.array(joint)
+    return float(-(joint[seq[i]] - np.log2(np.exp2(joint).sum())))
+
+
 def test_the_ngram_infill_is_the_conditional_of_the_whole_text():
     """Scoring the window around i is the same as normalizing the joint of the whole text over x_i."""
     import numpy as np
@@ -66,13 +79,7 @@ def test_the_ngram_infill_is_the_conditional_of_the_whole_text():
     model = WittenBellNGram(2, 3).fit([train])
     text = rng.integers(0, 3, 14)
     for i in (0, 1, 6, 12, 13):
-        joint = []
-        for c in range(3):
-            t = text.copy()
-            t[i] = c
-            joint.append(np.log2(model._probs(t)).sum())
-        joint = np.array(joint)
-        expected = -(joint[text[i]] - np.log2(np.exp2(joint).sum()))
+        expected = whole_sequence_bits(lambda t: np.log2(model._probs(t)).sum(), text, i, 3)
         assert abs(ngram_infill_bits(model, text, np.array([i])) - expected) < 1e-9
 
 
@@ -88,13 +95,7 @@ def test_the_markov_infill_is_the_conditional_of_the_whole_segment():
     chain = MarkovChain(3).fit([train])
     seg = rng.integers(0, 4, 20)
     for i in (0, 2, 9, 18, 19):
-        joint = []
-        for c in range(4):
-            s = seg.copy()
-            s[i] = c
-            joint.append(-chain.score([s])[0])
-        joint = np.array(joint)
-        expected = -(joint[seg[i]] - np.log2(np.exp2(joint).sum()))
+        expected = whole_sequence_bits(lambda t: -chain.score([t])[0], seg, i, 4)
         assert abs(markov_infill_bits(chain, [seg], [(0, i)]) - expected) < 1e-9
 
 
