@@ -70,6 +70,9 @@ class ModelConfig:
     """BERT weights to start training from (backbone bert): a Hugging Face directory or a data source (bert-vocab)."""
     rc_equivariant: Literal["none", "shared", "conjoined"] = "none"
     """DNA reverse-complement equivariance (seqdiff.backbones.rc_equivariant): none, shared or conjoined."""
+    local_conv: int = 0
+    """dit: kernel size K (odd) of a depthwise convolution over neighbouring positions before each block's
+    attention (seqdiff.backbones.local_conv; causal models see the K - 1 previous positions); 0 = none."""
 
     def __post_init__(self) -> None:
         if self.hidden_size % self.n_heads != 0:
@@ -81,6 +84,11 @@ class ModelConfig:
         activations = typing.get_args(typing.get_type_hints(ModelConfig)["activation"])
         if self.activation not in activations:
             raise ConfigError(f"model.activation={self.activation!r} is not allowed; choose one of {list(activations)}")
+        if self.local_conv and (self.local_conv < 3 or self.local_conv % 2 == 0):
+            raise ConfigError(f"model.local_conv={self.local_conv}: give an odd kernel size >= 3, or 0 for none")
+        if self.local_conv and self.backbone != "dit":
+            raise ConfigError(f"model.local_conv is a DiT option; model.backbone={self.backbone} has none: set "
+                              "model.local_conv=0")
         rc_modes = typing.get_args(typing.get_type_hints(ModelConfig)["rc_equivariant"])
         if self.rc_equivariant not in rc_modes:
             raise ConfigError(f"model.rc_equivariant={self.rc_equivariant!r} is not allowed; "

@@ -91,9 +91,10 @@ def test_bidirectional_model_looks_ahead():
 # 3. KV cache ------------------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("local_conv", [0, 5])
 @pytest.mark.parametrize("batch", [1, 3])
-def test_kv_cache_matches_full_forward(batch):
-    model = make_model(causal=True)
+def test_kv_cache_matches_full_forward(batch, local_conv):
+    model = make_model(causal=True, local_conv=local_conv)
     L, prefix = 16, 5
     x = tokens(batch, L, seed=batch)
     with torch.no_grad():
@@ -107,8 +108,9 @@ def test_kv_cache_matches_full_forward(batch):
     torch.testing.assert_close(torch.cat(pieces, dim=1), full, atol=1e-5, rtol=1e-5)
 
 
-def test_kv_cache_multi_token_chunks_and_reset():
-    model = make_model(causal=True)
+@pytest.mark.parametrize("local_conv", [0, 3])
+def test_kv_cache_multi_token_chunks_and_reset(local_conv):
+    model = make_model(causal=True, local_conv=local_conv)
     x = tokens(2, 11)
     with torch.no_grad():
         full = model(x)
@@ -133,8 +135,9 @@ def test_kv_cache_with_time_conditioning():
 # 4. attention (padding) mask --------------------------------------------------------------------------
 
 
-def test_padding_mask_bidirectional():
-    model = make_model(causal=False)
+@pytest.mark.parametrize("local_conv", [0, 3])
+def test_padding_mask_bidirectional(local_conv):
+    model = make_model(causal=False, local_conv=local_conv)
     n_real, L = 6, 10
     x = tokens(1, n_real)
     alone = model(x)
@@ -152,9 +155,10 @@ def test_padding_mask_bidirectional():
     assert torch.isfinite(model(padded_a, attention_mask=torch.zeros_like(mask))).all()
 
 
-def test_padding_mask_causal_left_padding_and_cache():
+@pytest.mark.parametrize("local_conv", [0, 5])
+def test_padding_mask_causal_left_padding_and_cache(local_conv):
     """Rotary makes left padding harmless: real positions match the unpadded sequence, with or without a cache."""
-    model = make_model(causal=True)
+    model = make_model(causal=True, local_conv=local_conv)
     n_pad, n_real = 3, 7
     x = tokens(1, n_real)
     alone = model(x)

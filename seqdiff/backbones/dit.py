@@ -50,7 +50,7 @@ Design choices and the papers behind them
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -58,6 +58,7 @@ from torch import Tensor, nn
 
 from seqdiff.backbones.activations import ACTIVATIONS
 from seqdiff.backbones.attention import attention
+from seqdiff.backbones.local_conv import LocalConv
 from seqdiff.backbones.rotary import RotaryEmbedding, apply_rotary
 from seqdiff.config import ModelConfig
 
@@ -98,6 +99,7 @@ class KVCache:
     length: how many positions are filled. `padded` records that some attention mask was written, so the
     model must build explicit masks instead of taking the unmasked fast path. `blockwise`: a cache of a
     bidirectional model, where each call's tokens see the whole cache and each other (block-causal).
+    conv_inputs[i]: (B, max_len, hidden_size), layer i's local-convolution inputs (model.local_conv; else empty).
     """
 
     keys: list[Tensor]
@@ -106,6 +108,7 @@ class KVCache:
     length: int = 0
     padded: bool = False
     blockwise: bool = False
+    conv_inputs: list[Tensor] = field(default_factory=list)
 
     @property
     def max_len(self) -> int:
@@ -126,7 +129,7 @@ class KVCache:
         with update_cache=False (what such a call writes lands in the copy, not in this cache)."""
         return KVCache(keys=[k[rows] for k in self.keys], values=[v[rows] for v in self.values],
                        key_mask=self.key_mask[rows], length=self.length, padded=self.padded,
-                       blockwise=self.blockwise)
+                       blockwise=self.blockwise, conv_inputs=[c[rows] for c in self.conv_inputs])
 
 
 def select_positions(h: Tensor, output_index: Tensor | None) -> Tensor:
@@ -221,12 +224,14 @@ class MLP(nn.Module):
 
 
 class DiTBlock(nn.Module):
-    """Pre-norm transformer block; with a conditioning vector, adaLN-Zero modulates both branches."""
+    """Pre-norm transformer block; with a conditioning vector, adaLN-Zero modulates both branches. With
+    model.local_conv, a depthwise convolution mixes neighbouring positions into the attention's input."""
 
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, cfg: ModelConfig, causal: bool = False) -> None:
         super().__init__()
         H, cond = cfg.hidden_size, cfg.time_conditioning
         self.norm1 = nn.LayerNorm(H, elementwise_affine=not cond)
+        self.local_conv = LocalConv(H, cfg.local_conv, causal) if cfg.local_conv else None
         self.attn = SelfAttention(H, cfg.n_heads, cfg.dropout)
         self.norm2 = nn.LayerNorm(H, elementwise_affine=not cond)
         self.mlp = MLP(H, cfg.mlp_ratio, cfg.dropout, cfg.activation)
@@ -242,16 +247,33 @@ class DiTBlock(nn.Module):
         is_causal: bool,
         kv: tuple[Tensor, Tensor] | None = None,
         start: int = 0,
+        *,
+        keep: Tensor | None = None,
+        segment_ids: Tensor | None = None,
+        conv_history: Tensor | None = None,
     ) -> Tensor:
+        """keep (B, L): False at padding; segment_ids: packed documents; conv_history: the cache's conv inputs
+        of this layer. The three only matter to the local convolution (attention gets them as attn_mask)."""
         if self.adaLN_modulation is None:
-            x = x + self.attn(self.norm1(x), rotations, attn_mask, is_causal, kv, start)
+            h = self.mix(self.norm1(x), keep, segment_ids, conv_history, start)
+            x = x + self.attn(h, rotations, attn_mask, is_causal, kv, start)
             return x + self.mlp(self.norm2(x))
         # (B, 1, 6H) -> six (B, 1, H)
         shift1, scale1, gate1, shift2, scale2, gate2 = self.adaLN_modulation(c)[:, None].chunk(6, dim=-1)
-        h = self.attn(modulate(self.norm1(x), shift1, scale1), rotations, attn_mask, is_causal, kv, start)
+        h = self.mix(modulate(self.norm1(x), shift1, scale1), keep, segment_ids, conv_history, start)
+        h = self.attn(h, rotations, attn_mask, is_causal, kv, start)
         x = torch.addcmul(x, gate1, h)  # x + gate * h
         h = self.mlp(modulate(self.norm2(x), shift2, scale2))
         return torch.addcmul(x, gate2, h)
+
+    def mix(self, h: Tensor, keep: Tensor | None, segment_ids: Tensor | None, conv_history: Tensor | None,
+            start: int) -> Tensor:
+        """The attention input with its neighbours mixed in by the local convolution (unchanged without one)."""
+        if self.local_conv is None:
+            return h
+        if conv_history is not None:
+            return self.local_conv.forward_cached(h, conv_history, start, keep)
+        return self.local_conv(h, keep, segment_ids)
 
 
 def init_normal_002(module: nn.Module) -> None:
@@ -285,7 +307,7 @@ class DiT(nn.Module):
             self.time_embed = TimestepEmbedding(cfg.cond_dim)
         else:
             self.time_embed = None
-        self.blocks = nn.ModuleList(DiTBlock(cfg) for _ in range(cfg.n_layers))
+        self.blocks = nn.ModuleList(DiTBlock(cfg, causal) for _ in range(cfg.n_layers))
         self.norm_final = nn.LayerNorm(H, elementwise_affine=not cfg.time_conditioning)
         self.final_modulation = nn.Linear(cfg.cond_dim, 2 * H) if cfg.time_conditioning else None
         self.output = nn.Linear(H, vocab_size)
@@ -388,6 +410,7 @@ class DiT(nn.Module):
             rotations = self.rotary(L, offset=start)  # (L, Dh/2, 2) cos, sin
         else:
             rotations = self._rotations_at(positions, L, kv_cache)  # (L, Dh/2, 2)
+        explicit = attn_mask is not None  # the caller's own structure (block diffusion)
         if segment_ids is not None:
             if attn_mask is not None or kv_cache is not None:
                 raise ValueError("segment_ids (packed documents) cannot be combined with attn_mask or a kv_cache")
@@ -403,10 +426,16 @@ class DiT(nn.Module):
             raise ValueError(f"layer must be in [0, {len(self.blocks)}] (n_layers), got {layer}")
         if layer is not None and kv_cache is not None:
             raise ValueError("layer= reads an intermediate layer for probes; it cannot fill a kv_cache")
+        conv = self.config.local_conv
+        if conv and (explicit or (kv_cache is not None and kv_cache.blockwise)):
+            raise ValueError(f"model.local_conv={conv} cannot run under an explicit attn_mask or a blockwise cache "
+                             "(block-causal attention): its kernel would read across blocks")
         x = self.embed(input_ids)  # (B, L, H)
         for i, block in enumerate(self.blocks[:layer]):
             kv = None if kv_cache is None else (kv_cache.keys[i], kv_cache.values[i])
-            x = block(x, c, rotations, attn_mask, is_causal, kv, start)
+            history = kv_cache.conv_inputs[i] if conv and kv_cache is not None else None
+            x = block(x, c, rotations, attn_mask, is_causal, kv, start, keep=attention_mask, segment_ids=segment_ids,
+                      conv_history=history)
         if layer is not None:
             return x
         x = self.norm_final(x)
@@ -443,11 +472,14 @@ class DiT(nn.Module):
         dtype = ref.dtype if dtype is None else dtype
         n_heads = self.config.n_heads
         shape = (batch_size, n_heads, max_len, self.config.hidden_size // n_heads)
+        conv_shape = (batch_size, max_len, self.config.hidden_size)
         return KVCache(
             keys=[torch.zeros(shape, device=device, dtype=dtype) for _ in self.blocks],
             values=[torch.zeros(shape, device=device, dtype=dtype) for _ in self.blocks],
             key_mask=torch.ones(batch_size, max_len, device=device, dtype=torch.bool),
             blockwise=blockwise,
+            conv_inputs=[torch.zeros(conv_shape, device=device, dtype=dtype)
+                         for _ in self.blocks] if self.config.local_conv else [],
         )
 
     def num_parameters(self, exclude_embedding: bool = False) -> int:

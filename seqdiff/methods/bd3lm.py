@@ -141,6 +141,9 @@ class BD3LM(MDLM):
         if getattr(cfg, "backbone", "dit") != "dit":
             raise ConfigError(f"method.name=bd3lm needs model.backbone=dit (its training pass takes an explicit "
                               f"block-causal attention mask), got model.backbone={cfg.backbone!r}")
+        if getattr(cfg, "local_conv", 0):
+            raise ConfigError(f"method.name=bd3lm needs model.local_conv=0 (got {cfg.local_conv}): a kernel at the end "
+                              "of a block would read the next block, which block diffusion keeps hidden")
         if getattr(cfg, "time_conditioning", False):
             raise ConfigError("method.name=bd3lm needs model.time_conditioning=false: every block has its own noise "
                               "level and the clean prefix in the KV cache must not depend on time")
