@@ -59,13 +59,14 @@ RECIPES: dict[str, list[str]] = {
     "short": [
         "data.seq_len=128", "model.max_seq_len=128", "data.batch_size=16", "data.eval_batch_size=32",
         "train.max_steps=600", "train.warmup_steps=60", "train.val_every=100", "train.val_batches=8",
-        "train.checkpoint_every=100", "train.log_every=20", "train.progress_bar=false",
+        "train.checkpoint_every=100", "train.log_every=20", "train.progress_bar=false", "train.precision=auto",
     ],
     "long": [
         "model.preset=null", "model.hidden_size=192", "model.n_layers=3", "model.n_heads=3",
         "data.seq_len=128", "model.max_seq_len=128", "data.batch_size=32", "data.eval_batch_size=64",
         "train.lr=2e-3", "train.max_steps=6000", "train.warmup_steps=200", "train.val_every=500",
         "train.val_batches=16", "train.checkpoint_every=500", "train.log_every=50", "train.progress_bar=false",
+        "train.precision=auto",
     ],
     "cpu_small_bf16": [
         "data.seq_len=128", "model.max_seq_len=128", "data.batch_size=32", "data.eval_batch_size=64",
@@ -74,16 +75,20 @@ RECIPES: dict[str, list[str]] = {
         "train.precision=bf16-if-native",
     ],
 }
+RECIPES["cpu_small_bf16_conv9"] = [*RECIPES["cpu_small_bf16"], "model.local_conv=9"]
 """Overrides of the CPU recipes. short: a 2-core CPU shared with five other jobs, 128-nt context, 600 steps x 16
 windows (1.2 M bases per model, `cpu-small`). long: 6,000 steps x 32 windows of 128 nt (24.6 M bases, 46% of
 the training blocks) for a DiT of width 192 and depth 3, the size a measured 0.8 s per step on one core lets
 train in about 90 minutes (in the same time `cpu-tiny` would see about 2.5x the bases at 0.4 M parameters,
 `cpu-small` about half);
-the learning rate of the cpu-tiny chr20 runs of reports/bd3lm at the same batch. cpu_small_bf16 (session 13):
+the learning rate of the cpu-tiny chr20 runs of reports/bd3lm at the same batch. short and long ran in float32
+(train.precision=auto), which they keep now that the configs ask for bf16-if-native. cpu_small_bf16 (session 13):
 the `cpu-small` DiT (256 wide, 4 layers) for 11,000 steps x 32 windows of 128 nt (45.1 M bases, 84% of the
 training blocks' 53.7 M) under bf16 autocast where the CPU has it, about 2.2x the float32 step on this machine
 (reports/bench/cpu_bf16_speedup); sized for under an hour on 2 threads (0.28 s per step measured). lr 1e-3, the
-config's: at 2e-3 this model was no better than the unigram after 1,000 steps (reports/dna/cpu_small_bf16)."""
+config's: at 2e-3 this model was no better than the unigram after 1,000 steps (reports/dna/cpu_small_bf16).
+cpu_small_bf16_conv9 (session 14): the same with model.local_conv=9, a depthwise convolution over the 4 bases on
+each side (MDLM; AR would see the 8 before, an order-8 chain's context)."""
 DONE = Path("checkpoints") / "DONE"
 MARKOV_ORDERS = (0, 2, 5, 8)
 PAPER = {"mdlm_perplexity": 3.199, "ar_perplexity": 3.067}  # MDLM paper, human genome (HG38), per base

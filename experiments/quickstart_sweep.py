@@ -46,6 +46,9 @@ CANDIDATES: dict[str, list[str]] = {
     "complementary-16": ["method.complementary_masks=true", "data.batch_size=16"],
     "mask_count-complementary-16": ["method.time_sampling=mask_count", "method.complementary_masks=true",
                                     "data.batch_size=16"],
+    # session 14, against the 2,000-step bf16 recipe: a depthwise convolution over neighbours (model.local_conv)
+    "local_conv5": ["model.local_conv=5"],
+    "local_conv9": ["model.local_conv=9"],
 }
 """Recipes tried, as overrides of seqdiff.quickstart.QUICKSTART (the preset's width is overridden too). The
 recipe changed in session 13 (2,000 steps, train.precision=bf16-if-native): the rows of
