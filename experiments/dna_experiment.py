@@ -447,10 +447,11 @@ def table(results: dict) -> str:
 
 def run(runs: Path, out: Path, do_train: bool, max_test_windows: int | None, num_t_samples: int,
         num_samples: int, sample_steps: int, loader_batches: int, loader_rounds: int, command: str,
-        recipe: str = "short", resumed: dict[str, int] | None = None, methods: tuple[str, ...] = METHODS) -> dict:
+        recipe: str = "short", resumed: dict[str, int] | None = None, methods: tuple[str, ...] = METHODS,
+        threads: int = 1) -> dict:
     """The report of the runs of `methods` (both by default; one of them reports that model alone, without the
-    MDLM / AR gap)."""
-    torch.set_num_threads(1)
+    MDLM / AR gap). threads: torch threads for training and the report (1: the short recipe's shared machine)."""
+    torch.set_num_threads(threads)
     if do_train:
         train_runs(runs, recipe, resumed, methods)
     for method in methods:
@@ -583,6 +584,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="training overrides of --train and of the recorded train commands (RECIPES)")
     p.add_argument("--methods", default=",".join(METHODS),
                    help="comma-separated runs to report (default both; one reports that model alone)")
+    p.add_argument("--threads", type=int, default=1, help="torch threads for --train and the report (default 1)")
     p.add_argument("--resumed", action="append", default=[], metavar="METHOD=STEPS",
                    help="the method's run was trained with --recipe, then resumed to train.max_steps=STEPS (recorded "
                         "in the train commands; repeatable)")
@@ -593,7 +595,8 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--methods {args.methods!r}: choose from {list(METHODS)}")
     command = "python -m experiments.dna_experiment " + " ".join(sys.argv[1:] if argv is None else argv)
     run(Path(args.runs), Path(args.out), args.train, args.max_test_windows, args.num_t_samples, args.num_samples,
-        args.sample_steps, args.loader_batches, args.loader_rounds, command.strip(), args.recipe, resumed, methods)
+        args.sample_steps, args.loader_batches, args.loader_rounds, command.strip(), args.recipe, resumed, methods,
+        args.threads)
     return 0
 
 
