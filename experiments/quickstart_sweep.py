@@ -49,6 +49,9 @@ CANDIDATES: dict[str, list[str]] = {
     # session 14, against the 2,000-step bf16 recipe: a depthwise convolution over neighbours (model.local_conv)
     "local_conv5": ["model.local_conv=5"],
     "local_conv9": ["model.local_conv=9"],
+    # session 15, against the recipe with local_conv=9: wider kernels
+    "local_conv15": ["model.local_conv=15"],
+    "local_conv25": ["model.local_conv=25"],
 }
 """Recipes tried, as overrides of seqdiff.quickstart.QUICKSTART (the preset's width is overridden too). The
 recipe changed in session 13 (2,000 steps, train.precision=bf16-if-native): the rows of
