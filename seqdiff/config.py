@@ -73,6 +73,8 @@ class ModelConfig:
     local_conv: int = 0
     """dit: kernel size K (odd) of a depthwise convolution over neighbouring positions before each block's
     attention (seqdiff.backbones.local_conv; causal models see the K - 1 previous positions); 0 = none."""
+    local_conv_mlp: bool = False
+    """dit, with local_conv: a second convolution of the same size, its own weights, before each block's MLP."""
 
     def __post_init__(self) -> None:
         if self.hidden_size % self.n_heads != 0:
@@ -89,6 +91,8 @@ class ModelConfig:
         if self.local_conv and self.backbone != "dit":
             raise ConfigError(f"model.local_conv is a DiT option; model.backbone={self.backbone} has none: set "
                               "model.local_conv=0")
+        if self.local_conv_mlp and not self.local_conv:
+            raise ConfigError("model.local_conv_mlp=true needs model.local_conv: give the kernel size (odd, >= 3)")
         rc_modes = typing.get_args(typing.get_type_hints(ModelConfig)["rc_equivariant"])
         if self.rc_equivariant not in rc_modes:
             raise ConfigError(f"model.rc_equivariant={self.rc_equivariant!r} is not allowed; "

@@ -12,6 +12,10 @@ from seqdiff.config import ConfigError, ModelConfig, from_dict
 VOCAB = 13
 
 
+CONVS = {k: [{}, {"local_conv": k}, {"local_conv": k, "local_conv_mlp": True}] for k in (3, 5)}
+"""model.local_conv settings the attention-structure tests run under: none, before attention, before both."""
+
+
 def make_model(causal: bool, seed: int = 0, **overrides) -> DiT:
     torch.manual_seed(seed)
     cfg = from_dict(ModelConfig, {"preset": "test", "max_seq_len": 64, **overrides})
@@ -91,10 +95,10 @@ def test_bidirectional_model_looks_ahead():
 # 3. KV cache ------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("local_conv", [0, 5])
+@pytest.mark.parametrize("conv", CONVS[5])
 @pytest.mark.parametrize("batch", [1, 3])
-def test_kv_cache_matches_full_forward(batch, local_conv):
-    model = make_model(causal=True, local_conv=local_conv)
+def test_kv_cache_matches_full_forward(batch, conv):
+    model = make_model(causal=True, **conv)
     L, prefix = 16, 5
     x = tokens(batch, L, seed=batch)
     with torch.no_grad():
@@ -108,9 +112,9 @@ def test_kv_cache_matches_full_forward(batch, local_conv):
     torch.testing.assert_close(torch.cat(pieces, dim=1), full, atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("local_conv", [0, 3])
-def test_kv_cache_multi_token_chunks_and_reset(local_conv):
-    model = make_model(causal=True, local_conv=local_conv)
+@pytest.mark.parametrize("conv", CONVS[3])
+def test_kv_cache_multi_token_chunks_and_reset(conv):
+    model = make_model(causal=True, **conv)
     x = tokens(2, 11)
     with torch.no_grad():
         full = model(x)
@@ -135,9 +139,9 @@ def test_kv_cache_with_time_conditioning():
 # 4. attention (padding) mask --------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("local_conv", [0, 3])
-def test_padding_mask_bidirectional(local_conv):
-    model = make_model(causal=False, local_conv=local_conv)
+@pytest.mark.parametrize("conv", CONVS[3])
+def test_padding_mask_bidirectional(conv):
+    model = make_model(causal=False, **conv)
     n_real, L = 6, 10
     x = tokens(1, n_real)
     alone = model(x)
@@ -155,10 +159,10 @@ def test_padding_mask_bidirectional(local_conv):
     assert torch.isfinite(model(padded_a, attention_mask=torch.zeros_like(mask))).all()
 
 
-@pytest.mark.parametrize("local_conv", [0, 5])
-def test_padding_mask_causal_left_padding_and_cache(local_conv):
+@pytest.mark.parametrize("conv", CONVS[5])
+def test_padding_mask_causal_left_padding_and_cache(conv):
     """Rotary makes left padding harmless: real positions match the unpadded sequence, with or without a cache."""
-    model = make_model(causal=True, local_conv=local_conv)
+    model = make_model(causal=True, **conv)
     n_pad, n_real = 3, 7
     x = tokens(1, n_real)
     alone = model(x)

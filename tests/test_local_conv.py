@@ -60,14 +60,16 @@ def test_local_conv_cached_steps_equal_the_full_causal_pass():
         LocalConv(4, 3, causal=False).forward_cached(x, history, 0)
 
 
-def _dit(causal: bool, local_conv: int, seed: int = 0):
+def _dit(causal: bool, local_conv: int, seed: int = 0, local_conv_mlp: bool = False):
     torch.manual_seed(seed)
-    cfg = from_dict(ModelConfig, {"preset": "test", "max_seq_len": 32, "local_conv": local_conv})
+    cfg = from_dict(ModelConfig, {"preset": "test", "max_seq_len": 32, "local_conv": local_conv,
+                                  "local_conv_mlp": local_conv_mlp})
     return build_backbone(cfg, vocab_size=11, causal=causal).double().eval()
 
 
-def test_a_causal_dit_with_local_conv_never_reads_a_later_token():
-    model = _dit(causal=True, local_conv=5)
+@pytest.mark.parametrize("local_conv_mlp", [False, True])
+def test_a_causal_dit_with_local_conv_never_reads_a_later_token(local_conv_mlp):
+    model = _dit(causal=True, local_conv=5, local_conv_mlp=local_conv_mlp)
     x = torch.randint(0, 11, (1, 12), generator=torch.Generator().manual_seed(0))
     y = x.clone()
     y[0, 6] = (x[0, 6] + 1) % 11
@@ -86,6 +88,30 @@ def test_local_conv_adds_k_times_width_weights_per_layer_and_trains():
     conv.train()
     conv(x).logsumexp(-1).sum().backward()
     assert all(block.local_conv.weight.grad.abs().sum() > 0 for block in conv.blocks)
+    both = _dit(False, 5, local_conv_mlp=True)
+    assert both.num_parameters() - plain.num_parameters() == 2 * cfg.n_layers * 5 * cfg.hidden_size
+    both.train()
+    both(x).logsumexp(-1).sum().backward()
+    assert all(block.local_conv_mlp.weight.grad.abs().sum() > 0 for block in both.blocks)
+
+
+def test_the_mlp_convolution_is_a_residual_branch_of_the_mlp_input():
+    """A zero MLP kernel gives back the model without one (the same other weights), a nonzero one changes it."""
+    plain, both = _dit(False, 3), _dit(False, 3, local_conv_mlp=True)
+    missing, unexpected = both.load_state_dict(plain.state_dict(), strict=False)
+    assert missing and all("local_conv_mlp" in key for key in missing) and not unexpected
+    x = torch.randint(0, 11, (2, 9), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        for block in both.blocks:
+            block.local_conv_mlp.weight.zero_()
+        torch.testing.assert_close(both(x), plain(x))
+        both.blocks[-1].local_conv_mlp.weight.normal_()
+        assert (both(x) - plain(x)).abs().max() > 1e-3
+
+
+def test_local_conv_mlp_needs_a_kernel():
+    with pytest.raises(ConfigError, match="local_conv_mlp"):
+        ModelConfig(local_conv_mlp=True)
 
 
 @pytest.mark.parametrize("value", [1, 2, 4, -3])

@@ -34,9 +34,11 @@ def randomize(model: torch.nn.Module, seed: int = 0, std: float = 0.3) -> None:
             p.copy_(std * torch.randn(p.shape, generator=gen, dtype=p.dtype))
 
 
-def make(mode: str, time_conditioning: bool, seed: int = 0, local_conv: int = 0) -> torch.nn.Module:
+def make(mode: str, time_conditioning: bool, seed: int = 0, local_conv: int = 0,
+         local_conv_mlp: bool = False) -> torch.nn.Module:
     cfg = from_dict(ModelConfig, {"preset": "test", "max_seq_len": 32, "time_conditioning": time_conditioning,
-                                  "rc_equivariant": mode, "local_conv": local_conv})
+                                  "rc_equivariant": mode, "local_conv": local_conv,
+                                  "local_conv_mlp": local_conv_mlp})
     model = build_backbone(cfg, TOK.vocab_size, causal=False, complement_ids=COMP).double().eval()
     randomize(model, seed)
     return model
@@ -91,10 +93,10 @@ def test_complement_map_fixes_specials_and_is_an_involution():
 # 2. logits and hidden states ----------------------------------------------------------------------------
 
 @pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("time_conditioning,local_conv", [(False, 0), (True, 0), (False, 3)])
+@pytest.mark.parametrize("time_conditioning,local_conv", [(False, 0), (True, 0), (False, 3), (True, "3+mlp")])
 @pytest.mark.parametrize("padded", [False, True])
 def test_logits_and_hidden_states_are_equivariant(mode, time_conditioning, padded, local_conv):
-    model = make(mode, time_conditioning, local_conv=local_conv)
+    model = make(mode, time_conditioning, local_conv=int(str(local_conv)[0]), local_conv_mlp="mlp" in str(local_conv))
     ids, mask = batch(padded)
     sigma = noise(time_conditioning)
     assert logits_error(model, ids, mask, sigma) < LOGIT_TOL

@@ -50,6 +50,7 @@ Design choices and the papers behind them
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -99,7 +100,8 @@ class KVCache:
     length: how many positions are filled. `padded` records that some attention mask was written, so the
     model must build explicit masks instead of taking the unmasked fast path. `blockwise`: a cache of a
     bidirectional model, where each call's tokens see the whole cache and each other (block-causal).
-    conv_inputs[i]: (B, max_len, hidden_size), layer i's local-convolution inputs (model.local_conv; else empty).
+    conv_inputs[i * sites + s]: (B, max_len, hidden_size), layer i's inputs to its local convolution s (s = 0
+    before attention, s = 1 before the MLP with model.local_conv_mlp); empty without model.local_conv.
     """
 
     keys: list[Tensor]
@@ -225,13 +227,15 @@ class MLP(nn.Module):
 
 class DiTBlock(nn.Module):
     """Pre-norm transformer block; with a conditioning vector, adaLN-Zero modulates both branches. With
-    model.local_conv, a depthwise convolution mixes neighbouring positions into the attention's input."""
+    model.local_conv, a depthwise convolution mixes neighbouring positions into the attention's input (and,
+    with model.local_conv_mlp, a second one into the MLP's)."""
 
     def __init__(self, cfg: ModelConfig, causal: bool = False) -> None:
         super().__init__()
         H, cond = cfg.hidden_size, cfg.time_conditioning
         self.norm1 = nn.LayerNorm(H, elementwise_affine=not cond)
         self.local_conv = LocalConv(H, cfg.local_conv, causal) if cfg.local_conv else None
+        self.local_conv_mlp = LocalConv(H, cfg.local_conv, causal) if cfg.local_conv_mlp else None
         self.attn = SelfAttention(H, cfg.n_heads, cfg.dropout)
         self.norm2 = nn.LayerNorm(H, elementwise_affine=not cond)
         self.mlp = MLP(H, cfg.mlp_ratio, cfg.dropout, cfg.activation)
@@ -250,30 +254,39 @@ class DiTBlock(nn.Module):
         *,
         keep: Tensor | None = None,
         segment_ids: Tensor | None = None,
-        conv_history: Tensor | None = None,
+        conv_history: Sequence[Tensor] = (),
     ) -> Tensor:
         """keep (B, L): False at padding; segment_ids: packed documents; conv_history: the cache's conv inputs
-        of this layer. The three only matter to the local convolution (attention gets them as attn_mask)."""
+        of this layer, one per convolution. The three only matter to the local convolutions (attention gets
+        them as attn_mask)."""
+        history = (*conv_history, None, None)
         if self.adaLN_modulation is None:
-            h = self.mix(self.norm1(x), keep, segment_ids, conv_history, start)
+            h = self.mix(self.local_conv, self.norm1(x), keep, segment_ids, history[0], start)
             x = x + self.attn(h, rotations, attn_mask, is_causal, kv, start)
-            return x + self.mlp(self.norm2(x))
+            return x + self.mlp(self.mix(self.local_conv_mlp, self.norm2(x), keep, segment_ids, history[1], start))
         # (B, 1, 6H) -> six (B, 1, H)
         shift1, scale1, gate1, shift2, scale2, gate2 = self.adaLN_modulation(c)[:, None].chunk(6, dim=-1)
-        h = self.mix(modulate(self.norm1(x), shift1, scale1), keep, segment_ids, conv_history, start)
+        h = self.mix(self.local_conv, modulate(self.norm1(x), shift1, scale1), keep, segment_ids, history[0], start)
         h = self.attn(h, rotations, attn_mask, is_causal, kv, start)
         x = torch.addcmul(x, gate1, h)  # x + gate * h
-        h = self.mlp(modulate(self.norm2(x), shift2, scale2))
-        return torch.addcmul(x, gate2, h)
+        h = self.mix(self.local_conv_mlp, modulate(self.norm2(x), shift2, scale2), keep, segment_ids, history[1],
+                     start)
+        return torch.addcmul(x, gate2, self.mlp(h))
 
-    def mix(self, h: Tensor, keep: Tensor | None, segment_ids: Tensor | None, conv_history: Tensor | None,
-            start: int) -> Tensor:
-        """The attention input with its neighbours mixed in by the local convolution (unchanged without one)."""
-        if self.local_conv is None:
+    @staticmethod
+    def mix(conv: LocalConv | None, h: Tensor, keep: Tensor | None, segment_ids: Tensor | None,
+            conv_history: Tensor | None, start: int) -> Tensor:
+        """A branch's input with its neighbours mixed in by a local convolution (unchanged without one)."""
+        if conv is None:
             return h
         if conv_history is not None:
-            return self.local_conv.forward_cached(h, conv_history, start, keep)
-        return self.local_conv(h, keep, segment_ids)
+            return conv.forward_cached(h, conv_history, start, keep)
+        return conv(h, keep, segment_ids)
+
+    @property
+    def conv_sites(self) -> int:
+        """How many local convolutions the block has (0, 1 or 2): the KV cache keeps inputs for each."""
+        return (self.local_conv is not None) + (self.local_conv_mlp is not None)
 
 
 def init_normal_002(module: nn.Module) -> None:
@@ -433,7 +446,8 @@ class DiT(nn.Module):
         x = self.embed(input_ids)  # (B, L, H)
         for i, block in enumerate(self.blocks[:layer]):
             kv = None if kv_cache is None else (kv_cache.keys[i], kv_cache.values[i])
-            history = kv_cache.conv_inputs[i] if conv and kv_cache is not None else None
+            sites = block.conv_sites
+            history = kv_cache.conv_inputs[i * sites:(i + 1) * sites] if kv_cache is not None else ()
             x = block(x, c, rotations, attn_mask, is_causal, kv, start, keep=attention_mask, segment_ids=segment_ids,
                       conv_history=history)
         if layer is not None:
@@ -479,7 +493,7 @@ class DiT(nn.Module):
             key_mask=torch.ones(batch_size, max_len, device=device, dtype=torch.bool),
             blockwise=blockwise,
             conv_inputs=[torch.zeros(conv_shape, device=device, dtype=dtype)
-                         for _ in self.blocks] if self.config.local_conv else [],
+                         for block in self.blocks for _ in range(block.conv_sites)],
         )
 
     def num_parameters(self, exclude_embedding: bool = False) -> int:
