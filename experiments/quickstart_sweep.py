@@ -52,6 +52,8 @@ CANDIDATES: dict[str, list[str]] = {
     # session 15, against the recipe with local_conv=9: wider kernels
     "local_conv15": ["model.local_conv=15"],
     "local_conv25": ["model.local_conv=25"],
+    "conv_mlp": ["model.local_conv_mlp=true"],
+    "heads4": ["model.n_heads=4"],
 }
 """Recipes tried, as overrides of seqdiff.quickstart.QUICKSTART (the preset's width is overridden too). The
 recipe changed in session 13 (2,000 steps, train.precision=bf16-if-native): the rows of
