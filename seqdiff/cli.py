@@ -130,7 +130,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
         conjoin_loaded(model)
     torch.manual_seed(o.seed)
-    options = {"num_t_samples": o.num_t_samples, "seed": o.seed, "progress": not o.json}
+    if o.order is not None:
+        from seqdiff.evaluation.ordered import check_ordered
+
+        check_ordered(model.method, model.backbone)  # before any data is read
+    options = {"num_t_samples": o.num_t_samples, "seed": o.seed, "progress": not o.json, "order": o.order}
     reports = []
     for source in sources:
         reports.append(evaluate_source(model, source, batch_size=o.batch_size, detokenizer=o.detokenizer,
@@ -159,6 +163,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
         sys.stdout.write(text)
         return 0
     kind = "exact" if model.method.exact_likelihood else "upper bounds (NELBO)"
+    if o.order is not None:
+        kind = f"exact, decoded in the order {o.order}"
     print(f"{model.method.name} checkpoint {model.path} (step {model.step}), {kind}:")
     print(format_table(reports))
     print(f"written: {out}")

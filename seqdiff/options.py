@@ -111,6 +111,9 @@ class EvalOptions:
     """JSON file for the results (default: <run or export>/eval/<data>-<hash of its path>.json)."""
     rc_conjoin: bool = False
     """DNA diffusion models: average the predictions on both strands (post-hoc RC conjoining, Caduceus-Ph)."""
+    order: str | None = None
+    """MDLM: the exact likelihood of the denoiser decoded in this fixed order (left_to_right, right_to_left, or a
+    uniform mixture left_to_right+right_to_left) instead of the NELBO; one forward per token."""
     seed: int = 0
     """Seed of every random draw."""
     device: str = "cpu"
@@ -122,6 +125,10 @@ class EvalOptions:
         for key in ("num_t_samples", "batch_size"):
             if getattr(self, key) < 1:
                 raise ConfigError(f"eval.{key} must be >= 1, got {getattr(self, key)}")
+        if self.order is not None:
+            from seqdiff.evaluation.ordered import parse_orders
+
+            parse_orders(self.order)
         for i, source in enumerate(self.sources):
             if not source.startswith(tuple(EVAL_SOURCES.values())):
                 raise ConfigError(f"eval.sources[{i}]={source!r} must start with data: (a file or folder) or "

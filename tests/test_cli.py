@@ -41,6 +41,20 @@ def test_train_eval_sample_end_to_end(run_dirs, tmp_path, capsys):
     assert capsys.readouterr().out.count("=== sample") == 2
 
 
+def test_eval_in_a_fixed_order_is_exact_and_refused_where_it_cannot_apply(run_dirs, tmp_path, capsys):
+    out = tmp_path / "ordered.json"
+    assert main(["eval", str(run_dirs["mdlm"]), "--order", "left_to_right+right_to_left", "--out", str(out)]) == 0
+    report = json.loads(out.read_text())["results"][0]
+    assert report["bound"] is False and report["num_t_samples"] is None
+    assert report["order"] == "left_to_right+right_to_left" and 0 < report["bits_per_character"] < 10
+    assert report["num_tokens"] == len(CharTokenizer().encode(open(FIXTURE).read()))
+    assert "this checkpoint is ar" in _error(capsys, ["eval", str(run_dirs["ar"]), "--order", "left_to_right"])
+    assert "time-conditioned" in _error(capsys, ["eval", str(run_dirs["tc"]), "--order", "left_to_right"])
+    assert "unknown order 'up'" in _error(capsys, ["eval", str(run_dirs["mdlm"]), "--order", "up",
+                                                    "--out", str(tmp_path / "never.json")])
+    assert not (tmp_path / "never.json").exists()
+
+
 def test_eval_is_reproducible(run_dirs, tmp_path):
     a, b = tmp_path / "a.json", tmp_path / "b.json"
     main(["eval", str(run_dirs["mdlm"]), "--out", str(a)])
@@ -134,6 +148,13 @@ def test_dna_train_eval_and_zero_shot_fasta(tmp_path, capsys):
     bases = sum(len(line.strip()) for line in text.splitlines() if not line.startswith(">"))
     n_count = sum(line.strip().upper().count("N") for line in text.splitlines() if not line.startswith(">"))
     assert zero_shot["num_tokens"] == bases - n_count  # N bases are not scored
+    small = tmp_path / "small.fa"  # one forward per base: a short slice keeps it quick
+    bases_only = "".join(line for line in text.splitlines() if not line.startswith(">")).replace("N", "")
+    small.write_text(">slice\n" + bases_only[:300] + "\n")
+    assert main(["eval", str(run), "--data", str(small), "--order", "left_to_right", "--rc-conjoin",
+                 "--out", str(out)]) == 0  # exact in a fixed order, both strands' denoisers averaged
+    ordered = json.loads(out.read_text())["results"][0]
+    assert ordered["num_tokens"] == 300 and ordered["bound"] is False and ordered["rc_conjoined"]
     assert main(["sample", str(run), "--num-samples", "2", "--steps", "8"]) == 0
     assert ">sample_0 sampler=cached\n" in capsys.readouterr().out
 

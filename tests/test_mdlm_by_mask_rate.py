@@ -122,8 +122,11 @@ def test_end_to_end_on_text_and_on_fasta_tiles(tmp_path):
     train(load_run_config(None, overrides(tmp_path, **{"method.name": "mdlm"})), tmp_path / "dna")
     assert main(["--mdlm", str(tmp_path / "dna"), "--out", str(tmp_path / "dna_report"), "--grid", "4",
                  "--draws", "1", "--num-t-samples", "1", "--infill-positions", "10", "--max-blocks", "6",
-                 "--markov-order", "2"]) == 0
+                 "--markov-order", "2", "--orders", "left_to_right", "left_to_right+right_to_left"]) == 0
     dna = json.loads((tmp_path / "dna_report" / "results.json").read_text())
     assert dna["ar_bits"] is None and 0 < dna["blocks"] <= 6 and dna["seq_len"] == 64
+    ordered = dna["mdlm_ordered_bits"]
+    assert set(ordered) == {"left_to_right", "left_to_right+right_to_left"} and 0 < ordered["left_to_right"] < 4
+    assert "decoded in the order left_to_right+right_to_left" in (tmp_path / "dna_report" / "table.md").read_text()
     assert dna["ngram_label"].startswith("Markov chain, order 2") and 0 < dna["ngram_infill_bits"] < 4
     assert "AR: exact NLL" not in (tmp_path / "dna_report" / "table.md").read_text()

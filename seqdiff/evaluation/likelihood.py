@@ -1,8 +1,9 @@
 """Per-token NLL of a model on a token stream, in nats, bits and perplexity, accumulated in float64.
 
 For diffusion methods the number is an upper bound (the NELBO), estimated with `num_t_samples`
-Monte Carlo draws of the time and mask per block; for AR it is exact. When the tokenizer's tokens are
-characters or bases, bits per token are reported as bits per character / per base.
+Monte Carlo draws of the time and mask per block; for AR it is exact. With `order` (MDLM only) it is the exact
+likelihood of the denoiser decoded in that fixed order instead (`seqdiff.evaluation.ordered`). When the
+tokenizer's tokens are characters or bases, bits per token are reported as bits per character / per base.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from seqdiff.methods import Batch
 @torch.no_grad()
 def evaluate_tokens(model: LoadedModel, tokens: np.ndarray, batch_size: int = 32, num_t_samples: int = 1,
                     seed: int = 0, seq_len: int | None = None, progress: bool = False,
-                    loss_mask: np.ndarray | None = None) -> dict[str, Any]:
+                    loss_mask: np.ndarray | None = None, order: str | None = None) -> dict[str, Any]:
     """Score `tokens` cut into blocks of the training length (every token with loss_mask True exactly once)."""
     seq_len = seq_len or model.seq_len
     if seq_len > model.model_config.max_seq_len:
@@ -30,13 +31,20 @@ def evaluate_tokens(model: LoadedModel, tokens: np.ndarray, batch_size: int = 32
     if num_t_samples < 1:
         raise ValueError(f"num_t_samples must be >= 1, got {num_t_samples}")
     loader = DataLoader(TiledBlocks(tokens, seq_len, model.tokenizer.pad_id, loss_mask), batch_size=batch_size)
-    return evaluate_batches(model, loader, num_t_samples=num_t_samples, seed=seed, progress=progress)
+    return evaluate_batches(model, loader, num_t_samples=num_t_samples, seed=seed, progress=progress, order=order)
 
 
 @torch.no_grad()
 def evaluate_batches(model: LoadedModel, loader, num_t_samples: int = 1, seed: int = 0,
-                     progress: bool = False) -> dict[str, Any]:
-    """Score every batch ({"input_ids", optional "attention_mask", "loss_mask"}) of an evaluation loader."""
+                     progress: bool = False, order: str | None = None) -> dict[str, Any]:
+    """Score every batch ({"input_ids", optional "attention_mask", "loss_mask"}) of an evaluation loader;
+    order: the exact likelihood in that decoding order ('left_to_right', or a mixture 'a+b') instead."""
+    orders = None
+    if order is not None:
+        from seqdiff.evaluation.ordered import check_ordered, ordered_nll, parse_orders
+
+        orders = parse_orders(order)
+        check_ordered(model.method, model.backbone)
     device = next(model.backbone.parameters()).device
     if progress:
         from tqdm import tqdm
@@ -48,24 +56,31 @@ def evaluate_batches(model: LoadedModel, loader, num_t_samples: int = 1, seed: i
         batch = Batch.from_any({k: v.to(device) for k, v in raw.items()})
         if batch.attention_mask is not None and bool(batch.attention_mask.all()):
             batch.attention_mask = None
-        g = torch.Generator(device).manual_seed(step_generator(seed, i).initial_seed())
-        nll_sum, n = model.method.nll(model.backbone, batch, g, num_samples=num_t_samples)
+        if orders is not None:
+            nll_sum, n = ordered_nll(model.method, model.backbone, batch, orders)
+        else:
+            g = torch.Generator(device).manual_seed(step_generator(seed, i).initial_seed())
+            nll_sum, n = model.method.nll(model.backbone, batch, g, num_samples=num_t_samples)
         total += nll_sum
         count += n
-    return nll_report(total.item(), count.item(), model, num_t_samples)
+    return nll_report(total.item(), count.item(), model, num_t_samples, order)
 
 
-def nll_report(nll_sum: float, num_tokens: float, model: LoadedModel, num_t_samples: int) -> dict[str, Any]:
+def nll_report(nll_sum: float, num_tokens: float, model: LoadedModel, num_t_samples: int,
+               order: str | None = None) -> dict[str, Any]:
     nats = nll_sum / num_tokens
+    exact = model.method.exact_likelihood or order is not None
     report: dict[str, Any] = {
         "method": model.method.name,
-        "bound": not model.method.exact_likelihood,
+        "bound": not exact,
         "num_tokens": int(num_tokens),
-        "num_t_samples": None if model.method.exact_likelihood else num_t_samples,
+        "num_t_samples": None if exact else num_t_samples,
         "nll_nats_per_token": nats,
         "bits_per_token": nats / math.log(2),
         "perplexity": math.exp(nats),
     }
+    if order is not None:
+        report["order"] = order
     unit = model.tokenizer.unit
     if unit is not None:
         report[f"bits_per_{unit}"] = nats / math.log(2)

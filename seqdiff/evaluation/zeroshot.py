@@ -111,7 +111,8 @@ def source_config(model: LoadedModel, source: EvalSource, batch_size: int,
 
 
 def evaluate_source(model: LoadedModel, source: EvalSource, batch_size: int = 32, num_t_samples: int = 1,
-                    seed: int = 0, detokenizer: str | None = None, progress: bool = False) -> dict[str, Any]:
+                    seed: int = 0, detokenizer: str | None = None, progress: bool = False,
+                    order: str | None = None) -> dict[str, Any]:
     """The likelihood report of one source (see `seqdiff.evaluation.likelihood.nll_report`), labelled."""
     from seqdiff.evaluation.likelihood import evaluate_batches, evaluate_tokens
 
@@ -120,7 +121,7 @@ def evaluate_source(model: LoadedModel, source: EvalSource, batch_size: int = 32
 
         tokens, loss_mask = fasta_tokens(source.file, model.tokenizer)
         report = evaluate_tokens(model, tokens, batch_size=batch_size, loss_mask=loss_mask,
-                                 num_t_samples=num_t_samples, seed=seed, progress=progress)
+                                 num_t_samples=num_t_samples, seed=seed, progress=progress, order=order)
         detok = None
     else:
         from seqdiff.data.text import SplitSource, TextDataModule
@@ -128,7 +129,8 @@ def evaluate_source(model: LoadedModel, source: EvalSource, batch_size: int = 32
         config = source_config(model, source, batch_size, detokenizer)
         detok = SplitSource(config, source.split).detokenizer_name
         loader = TextDataModule(config, model.tokenizer).eval_dataloader(source.split)
-        report = evaluate_batches(model, loader, num_t_samples=num_t_samples, seed=seed, progress=progress)
+        report = evaluate_batches(model, loader, num_t_samples=num_t_samples, seed=seed, progress=progress,
+                                  order=order)
     report.update({"dataset": source.label, "split": source.split, "detokenizer": detok,
                    "data": str(source.file) if source.file is not None else source.corpus})
     return report
