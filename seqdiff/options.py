@@ -113,7 +113,8 @@ class EvalOptions:
     """DNA diffusion models: average the predictions on both strands (post-hoc RC conjoining, Caduceus-Ph)."""
     order: str | None = None
     """MDLM: the exact likelihood of the denoiser decoded in this fixed order (left_to_right, right_to_left, or a
-    uniform mixture left_to_right+right_to_left) instead of the NELBO; one forward per token."""
+    uniform mixture left_to_right+right_to_left) instead of the NELBO; random:K: the importance-weighted bound of
+    MDLM's own likelihood over K random orders per block (tighter than the NELBO). One forward per token and order."""
     seed: int = 0
     """Seed of every random draw."""
     device: str = "cpu"

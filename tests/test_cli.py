@@ -48,6 +48,10 @@ def test_eval_in_a_fixed_order_is_exact_and_refused_where_it_cannot_apply(run_di
     assert report["bound"] is False and report["num_t_samples"] is None
     assert report["order"] == "left_to_right+right_to_left" and 0 < report["bits_per_character"] < 10
     assert report["num_tokens"] == len(CharTokenizer().encode(open(FIXTURE).read()))
+    assert main(["eval", str(run_dirs["mdlm"]), "--order", "random:2", "--out", str(out)]) == 0
+    weighted = json.loads(out.read_text())["results"][0]
+    assert weighted["bound"] is True and weighted["order"] == "random:2" and weighted["num_t_samples"] is None
+    assert "importance-weighted upper bounds over 2 random orders" in capsys.readouterr().out
     assert "this checkpoint is ar" in _error(capsys, ["eval", str(run_dirs["ar"]), "--order", "left_to_right"])
     assert "time-conditioned" in _error(capsys, ["eval", str(run_dirs["tc"]), "--order", "left_to_right"])
     assert "unknown order 'up'" in _error(capsys, ["eval", str(run_dirs["mdlm"]), "--order", "up",

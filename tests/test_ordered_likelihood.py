@@ -8,7 +8,15 @@ import torch
 from torch import nn
 
 from seqdiff.config import ConfigError, MethodConfig, ModelConfig
-from seqdiff.evaluation.ordered import ORDERS, check_ordered, ordered_log_likelihoods, ordered_nll, parse_orders
+from seqdiff.evaluation.ordered import (
+    ORDERS,
+    check_ordered,
+    is_exact,
+    ordered_log_likelihoods,
+    ordered_nll,
+    parse_orders,
+    random_orders,
+)
 from seqdiff.methods import AR, MDLM, Batch
 from tests.test_mdlm import TOK, TinyNet
 from tests.test_time_sampling import _exact_mask_count_nelbo
@@ -134,6 +142,66 @@ def test_dit_sparse_head_equals_the_full_head(conv):
     full = ordered_log_likelihoods(METHOD, Full(), Batch(x0), order)
     torch.testing.assert_close(sparse, full, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(full, _brute_force(net, x0, order), rtol=1e-5, atol=1e-5)
+
+
+def test_one_order_per_row_is_each_rows_own_order():
+    L = 5
+    net = TinyNet(L).double()
+    x0 = torch.randint(0, 3, (3, L), generator=torch.Generator().manual_seed(6))
+    orders = torch.stack([torch.randperm(L, generator=torch.Generator().manual_seed(i)) for i in range(3)])
+    got = ordered_log_likelihoods(METHOD, net, Batch(x0), orders, rows_per_forward=4)
+    expected = torch.cat([_brute_force(net, x0[i:i + 1], orders[i]) for i in range(3)])
+    torch.testing.assert_close(got, expected, rtol=1e-10, atol=1e-10)
+
+
+def test_the_mixture_of_every_order_is_the_law_of_the_continuous_time_sampler():
+    """E_sigma p_sigma(x) over all n! orders equals the enumerated law of MDLM's continuous-time reverse process
+    (reveal a uniformly chosen masked position), which the first-hitting sampler draws (tests/test_first_hitting)."""
+    from tests.test_first_hitting import _continuous_time_law
+
+    L = 3
+    net = TinyNet(L, seed=3).eval()
+    law = _continuous_time_law(net, L)  # (V^L,) over every sequence
+    real = [i for i in range(TOK.vocab_size) if i not in (TOK.mask_id, TOK.pad_id)]  # PAD would be unscored
+    xs = torch.tensor(list(itertools.product(real, repeat=L)))
+    per_order = torch.stack([ordered_log_likelihoods(METHOD, net, Batch(xs), torch.tensor(o))
+                             for o in itertools.permutations(range(L))])  # (6, N)
+    mixture = per_order.exp().mean(0)
+    index = (xs * torch.tensor([TOK.vocab_size**2, TOK.vocab_size, 1])).sum(-1)
+    torch.testing.assert_close(mixture, law[index], rtol=1e-5, atol=1e-9)
+    assert not torch.allclose(per_order[0].exp(), law[index], rtol=1e-2)  # one order alone is another model
+
+
+def test_random_orders_give_an_importance_weighted_bound_that_tightens_with_k():
+    """E[-log (1/K) sum_k p_sigma_k(x)] >= -log E_sigma p_sigma(x) at every K, decreasing in K, with the NELBO
+    (the mean over orders) at K = 1: checked against the enumeration over all orders, many draws per row."""
+    L = 4
+    net = TinyNet(L).double()
+    x0 = torch.randint(0, 3, (2, L), generator=torch.Generator().manual_seed(7))
+    per_order = torch.stack([ordered_log_likelihoods(METHOD, net, Batch(x0), torch.tensor(o))
+                             for o in itertools.permutations(range(L))])  # (24, 2)
+    exact = -(torch.logsumexp(per_order, 0) - math.log(per_order.shape[0])).sum().item()
+    nelbo = -per_order.mean(0).sum().item()
+    reps = 3000
+    batch = Batch(x0.repeat(reps, 1))
+    bounds = {}
+    for k in (1, 4, 16):
+        nll, count = ordered_nll(METHOD, net, batch, (f"random:{k}",), torch.Generator().manual_seed(k))
+        bounds[k] = nll.item() / reps
+        assert count.item() == reps * 2 * L
+    assert bounds[1] == pytest.approx(nelbo, rel=0.01)
+    assert nelbo - exact > 0.1  # the orders disagree enough for K to matter
+    assert bounds[1] > bounds[4] > bounds[16] > exact
+    assert bounds[16] - exact < (nelbo - exact) / 3
+
+
+def test_order_specs():
+    assert random_orders("random:16") == 16 and random_orders("left_to_right") is None
+    assert not is_exact("random:2") and is_exact("left_to_right+right_to_left")
+    assert parse_orders("random:3") == ("random:3",)
+    for bad in ("random:0", "random:x", "random:"):
+        with pytest.raises(ConfigError, match="random:K"):
+            parse_orders(bad)
 
 
 def test_refusals():

@@ -2,7 +2,8 @@
 
 For diffusion methods the number is an upper bound (the NELBO), estimated with `num_t_samples`
 Monte Carlo draws of the time and mask per block; for AR it is exact. With `order` (MDLM only) it is the exact
-likelihood of the denoiser decoded in that fixed order instead (`seqdiff.evaluation.ordered`). When the
+likelihood of the denoiser decoded in that fixed order instead, or with random:K the importance-weighted bound
+over K random orders (`seqdiff.evaluation.ordered`). When the
 tokenizer's tokens are characters or bases, bits per token are reported as bits per character / per base.
 """
 
@@ -17,6 +18,7 @@ from torch.utils.data import DataLoader
 
 from seqdiff.checkpoint import LoadedModel
 from seqdiff.data.blocks import TiledBlocks, step_generator
+from seqdiff.evaluation.ordered import is_exact
 from seqdiff.methods import Batch
 
 
@@ -43,7 +45,7 @@ def evaluate_batches(model: LoadedModel, loader, num_t_samples: int = 1, seed: i
     if order is not None:
         from seqdiff.evaluation.ordered import check_ordered, ordered_nll, parse_orders
 
-        orders = parse_orders(order)
+        orders = parse_orders(order)  # checked before anything runs
         check_ordered(model.method, model.backbone)
     device = next(model.backbone.parameters()).device
     if progress:
@@ -56,10 +58,10 @@ def evaluate_batches(model: LoadedModel, loader, num_t_samples: int = 1, seed: i
         batch = Batch.from_any({k: v.to(device) for k, v in raw.items()})
         if batch.attention_mask is not None and bool(batch.attention_mask.all()):
             batch.attention_mask = None
+        g = torch.Generator(device).manual_seed(step_generator(seed, i).initial_seed())
         if orders is not None:
-            nll_sum, n = ordered_nll(model.method, model.backbone, batch, orders)
+            nll_sum, n = ordered_nll(model.method, model.backbone, batch, orders, g)
         else:
-            g = torch.Generator(device).manual_seed(step_generator(seed, i).initial_seed())
             nll_sum, n = model.method.nll(model.backbone, batch, g, num_samples=num_t_samples)
         total += nll_sum
         count += n
@@ -69,12 +71,12 @@ def evaluate_batches(model: LoadedModel, loader, num_t_samples: int = 1, seed: i
 def nll_report(nll_sum: float, num_tokens: float, model: LoadedModel, num_t_samples: int,
                order: str | None = None) -> dict[str, Any]:
     nats = nll_sum / num_tokens
-    exact = model.method.exact_likelihood or order is not None
+    exact = model.method.exact_likelihood or (order is not None and is_exact(order))
     report: dict[str, Any] = {
         "method": model.method.name,
         "bound": not exact,
         "num_tokens": int(num_tokens),
-        "num_t_samples": None if exact else num_t_samples,
+        "num_t_samples": None if exact or order is not None else num_t_samples,
         "nll_nats_per_token": nats,
         "bits_per_token": nats / math.log(2),
         "perplexity": math.exp(nats),
