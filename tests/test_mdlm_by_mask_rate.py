@@ -115,6 +115,13 @@ def test_end_to_end_on_text_and_on_fasta_tiles(tmp_path):
                  "--grid", "4", "--draws", "1", "--num-t-samples", "1", "--infill-positions", "10"]) == 0
     text = json.loads((tmp_path / "text" / "results.json").read_text())
     assert len(text["curve"]) == 4 and text["ar_bits"] > 0 and text["ngram_infill_positions"] == 10
+    assert text["ngram_label"].endswith("one stream)") and text["mdlm_ordered_bits"] == {}
+    assert main(["--mdlm", str(tmp_path / "mdlm"), "--ar", str(tmp_path / "ar"), "--out", str(tmp_path / "few"),
+                 "--grid", "2", "--draws", "1", "--num-t-samples", "1", "--infill-positions", "10",
+                 "--max-blocks", "3", "--orders", "random:2"]) == 0
+    few = json.loads((tmp_path / "few" / "results.json").read_text())
+    assert few["blocks"] == 3 and few["ngram_label"].endswith("block by block)") and few["ngram_bits"] > 0
+    assert 0 < few["mdlm_ordered_bits"]["random:2"] < 10
     assert "| AR: exact NLL |" in (tmp_path / "text" / "table.md").read_text()
 
     for suffix in (".fa.gz", ".fa.gz.fai", ".fa.gz.gzi", ".bed"):
