@@ -37,13 +37,17 @@ from seqdiff.training.run import LAST_CHECKPOINT, train
 # The embedded default; configs/quickstart.yaml is the same recipe as a file (a test keeps them equal). Chosen by
 # reports/quickstart_sweep on the validation play: 2,000 steps in bf16 where the CPU multiplies bf16 natively fit
 # the 5-minute budget on a quiet 2-core machine (float32 elsewhere, where a training step is about 1.5x slower);
-# model.local_conv=9 (session 14, reports/quickstart_sweep/local_conv): MDLM 2.97 against 3.15 bits, AR 2.17 / 2.21.
+# model.local_conv=9 (session 14, reports/quickstart_sweep/local_conv): MDLM 2.97 against 3.15 bits, AR 2.17 / 2.21;
+# model.local_conv_mlp (session 16, reports/quickstart_sweep/conv_mlp): MDLM 2.66 against 2.96, AR 2.13 / 2.17 at
+# 2,000 steps, but each step costs about 1.6x on this CPU (488 s in all), so the recipe trains 1,100 steps to fit the
+# 5-minute budget (1,200 steps took 311 s: MDLM 2.81, AR 2.28 test bits; reports/quickstart/README.md).
 QUICKSTART = RunConfig(
     name="quickstart",
-    model=ModelConfig(preset="cpu-tiny", hidden_size=128, n_layers=2, n_heads=2, max_seq_len=128, local_conv=9),
+    model=ModelConfig(preset="cpu-tiny", hidden_size=128, n_layers=2, n_heads=2, max_seq_len=128, local_conv=9,
+                      local_conv_mlp=True),
     method=MethodConfig(name="mdlm"),
     data=DataConfig(corpus="shakespeare", tokenizer="char", seq_len=128, batch_size=32, eval_batch_size=64),
-    train=TrainConfig(max_steps=2000, lr=2e-3, warmup_steps=50, lr_schedule="cosine", ema_decay=0.9999,
+    train=TrainConfig(max_steps=1100, lr=2e-3, warmup_steps=50, lr_schedule="cosine", ema_decay=0.9999,
                       val_every=250, val_batches=8, checkpoint_every=250, log_every=10, precision="bf16-if-native"),
     sample=SampleConfig(sampler=None, steps=128, num_samples=4, batch_size=4, seq_len=128, seed=0),
 )
@@ -208,7 +212,11 @@ def _works(split: str) -> str:
 def _local_conv(model: dict) -> str:
     """The summary's words for model.local_conv (absent from reports made before it existed)."""
     k = model.get("local_conv", 0)
-    return f" and a depthwise convolution over {k} neighbouring positions (model.local_conv)" if k else ""
+    if not k:
+        return ""
+    sites = ("before each block's attention and its MLP (model.local_conv, model.local_conv_mlp)"
+             if model.get("local_conv_mlp") else "(model.local_conv)")
+    return f" and a depthwise convolution over {k} neighbouring positions {sites}"
 
 
 def _summary(results: dict) -> str:
