@@ -13,7 +13,7 @@ def test_quickstart_end_to_end_and_reuse(tmp_path, capsys, monkeypatch):
     results = json.loads((out / "results.json").read_text())
     for method in ("mdlm", "ar"):
         r = results["models"][method]
-        assert r["steps"] == 2 and r["bits_per_character"] > 0 and len(r["samples"]) == 4
+        assert r["steps"] == 2 and r["bits_per_character"] > 0 and len(r["samples"]) == qs.QUICKSTART.sample.num_samples
         assert r["train_seconds"] > 0
     assert results["models"]["mdlm"]["bound"] and not results["models"]["ar"]["bound"]
     assert results["models"]["mdlm"]["sampler"] == "cached"
@@ -25,6 +25,9 @@ def test_quickstart_end_to_end_and_reuse(tmp_path, capsys, monkeypatch):
         assert 0 <= r["known_word_share"] <= 1 and r["words_counted"] > 0
     summary = (out / "summary.md").read_text()
     assert "romeo_and_juliet" in summary and "| MDLM |" in summary and "| AR |" in summary
+    assert "nucleus sampling at top_p 0.9" in summary  # the samples' setting is stated
+    shown = results["models"]["ar"]["samples"]
+    assert f"    {shown[qs.SHOWN - 1]}\n" in summary and f"    {shown[qs.SHOWN]}\n" not in summary
     assert f"| n-gram (Witten-Bell, order {ngram['order']}) | {ngram['bits_per_character']:.4f} |" in summary
     assert (out / "loss_curves.png").stat().st_size > 1000
     assert "| MDLM |" in capsys.readouterr().out
