@@ -164,10 +164,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
         return 0
     kind = "exact" if model.method.exact_likelihood else "upper bounds (NELBO)"
     if o.order is not None:
-        from seqdiff.evaluation.ordered import is_exact
+        from seqdiff.evaluation.ordered import random_orders
 
-        kind = (f"exact, decoded in the order {o.order}" if is_exact(o.order) else
-                f"importance-weighted upper bounds over {o.order.split(':')[1]} random orders per block")
+        k = random_orders(o.order)
+        kind = (f"exact, decoded in the order {o.order}" if k is None else
+                f"importance-weighted upper bounds over {k} random orders per block")
     print(f"{model.method.name} checkpoint {model.path} (step {model.step}), {kind}:")
     print(format_table(reports))
     print(f"written: {out}")

@@ -3,8 +3,8 @@
 For diffusion methods the number is an upper bound (the NELBO), estimated with `num_t_samples`
 Monte Carlo draws of the time and mask per block; for AR it is exact. With `order` (MDLM only) it is the exact
 likelihood of the denoiser decoded in that fixed order instead, or with random:K the importance-weighted bound
-over K random orders (`seqdiff.evaluation.ordered`). When the
-tokenizer's tokens are characters or bases, bits per token are reported as bits per character / per base.
+over K random orders (`seqdiff.evaluation.ordered`). When the tokenizer's tokens are characters or bases, bits
+per token are reported as bits per character / per base.
 """
 
 from __future__ import annotations
@@ -40,12 +40,13 @@ def evaluate_tokens(model: LoadedModel, tokens: np.ndarray, batch_size: int = 32
 def evaluate_batches(model: LoadedModel, loader, num_t_samples: int = 1, seed: int = 0,
                      progress: bool = False, order: str | None = None) -> dict[str, Any]:
     """Score every batch ({"input_ids", optional "attention_mask", "loss_mask"}) of an evaluation loader;
-    order: the exact likelihood in that decoding order ('left_to_right', or a mixture 'a+b') instead."""
+    order: instead, the exact likelihood in that decoding order ('left_to_right', a mixture 'a+b') or the
+    importance-weighted bound over random orders ('random:K'), checked before anything runs."""
     orders = None
     if order is not None:
         from seqdiff.evaluation.ordered import check_ordered, ordered_nll, parse_orders
 
-        orders = parse_orders(order)  # checked before anything runs
+        orders = parse_orders(order)
         check_ordered(model.method, model.backbone)
     device = next(model.backbone.parameters()).device
     if progress:
