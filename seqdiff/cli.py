@@ -413,7 +413,7 @@ def cmd_quickstart(args: argparse.Namespace) -> int:
     from seqdiff.quickstart import run_quickstart
 
     o: QuickstartOptions = args.quickstart
-    run_quickstart(out_dir=o.out, run_root=o.run_dir, max_steps=o.max_steps, overwrite=o.overwrite)
+    run_quickstart(out_dir=o.out, run_root=o.run_dir, max_steps=o.max_steps, overwrite=o.overwrite, seed=o.seed)
     return 0
 
 

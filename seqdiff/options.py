@@ -259,10 +259,15 @@ class QuickstartOptions:
     """Training steps per model (default: the recipe's)."""
     overwrite: bool = False
     """Replace earlier quickstart runs."""
+    seed: int | None = None
+    """Seed of both trainings (initialization, data order, noise) and of the samples (default: the recipe's, 0).
+    Rerun with other seeds to see how much of a gap is the seed's."""
 
     def __post_init__(self) -> None:
         if self.max_steps is not None and self.max_steps < 1:
             raise ConfigError(f"quickstart.max_steps must be >= 1, got {self.max_steps}")
+        if self.seed is not None and self.seed < 0:
+            raise ConfigError(f"quickstart.seed must be >= 0, got {self.seed}")
 
 
 # ---------------------------------------------------------------------------------------------- help

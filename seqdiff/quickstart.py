@@ -32,6 +32,7 @@ from seqdiff.figures import pyplot, save_figure
 from seqdiff.tokenizers.char import text8_normalize
 from seqdiff.training.csv_log import metric_curve, read_metrics
 from seqdiff.training.precision import resolve_precision
+from seqdiff.training.resume import recipe_changes
 from seqdiff.training.run import LAST_CHECKPOINT, train
 
 # The embedded default; configs/quickstart.yaml is the same recipe as a file (a test keeps them equal). Chosen by
@@ -80,9 +81,28 @@ def _run_state(run_dir: Path, max_steps: int) -> str:
     return "done" if read_checkpoint(last).get("global_step", 0) >= max_steps else "partial"
 
 
+REUSE_IGNORES = ("train.progress_bar", "train.wandb", "train.accelerator", "train.devices", "train.precision",
+                 "data.num_workers", "data.eval_batch_size")
+"""Keys in which a finished run may differ from the requested recipe and still be reused (how it ran, not what
+it trained); any other difference (a seed, a step count) is a different run."""
+
+
+def _check_reusable(config: RunConfig, run_dir: Path) -> None:
+    """Refuse to reuse a finished run of another recipe (another --seed or --max-steps), naming what differs."""
+    ckpt = read_checkpoint(run_dir / LAST_CHECKPOINT)
+    saved = ckpt.get("hyper_parameters", {})
+    changes = {k: v for k, v in recipe_changes(saved, config, saved.get("tokenizer") or {}).items()
+               if k not in REUSE_IGNORES}
+    if changes:
+        listed = "; ".join(f"{k}: {old!r} -> {new!r}" for k, (old, new) in changes.items())
+        raise ConfigError(f"[quickstart] {run_dir} holds a finished run of another recipe ({listed}); pass "
+                          "--overwrite to replace it or --run-dir to train elsewhere")
+
+
 def _train_or_reuse(config: RunConfig, run_dir: Path) -> str:
     state = _run_state(run_dir, config.train.max_steps)
     if state == "done":
+        _check_reusable(config, run_dir)
         print(f"[quickstart] {run_dir} already trained for {config.train.max_steps} steps; reusing it")
         return state
     if state == "partial":
@@ -111,9 +131,14 @@ def _loss_curves(run_dirs: dict[str, Path], out: Path) -> None:
 
 
 def run_quickstart(out_dir: str | Path = "reports/quickstart", run_root: str | Path = "runs/quickstart",
-                   max_steps: int | None = None, overwrite: bool = False) -> dict:
+                   max_steps: int | None = None, overwrite: bool = False, seed: int | None = None) -> dict:
     out_dir, run_root = Path(out_dir), Path(run_root)
     base = QUICKSTART
+    if seed is not None:
+        if seed < 0:
+            raise ConfigError(f"--seed must be >= 0, got {seed}")
+        base = dataclasses.replace(base, train=dataclasses.replace(base.train, seed=seed),
+                                   sample=dataclasses.replace(base.sample, seed=seed))
     if max_steps is not None:
         if max_steps < 1:
             raise ConfigError(f"--max-steps must be >= 1, got {max_steps}")
@@ -125,7 +150,9 @@ def run_quickstart(out_dir: str | Path = "reports/quickstart", run_root: str | P
         shutil.rmtree(run_root)
     torch.set_float32_matmul_precision("high")
     start = time.perf_counter()
-    results: dict = {"command": "seqdiff quickstart" + (f" --max-steps {max_steps}" if max_steps else ""),
+    command = ("seqdiff quickstart" + (f" --max-steps {max_steps}" if max_steps else "")
+               + (f" --seed {seed}" if seed is not None else ""))
+    results: dict = {"command": command,
                      "config": dataclasses.asdict(base), "torch_threads": torch.get_num_threads(),
                      "precision": resolve_precision(base.train.precision, base.train.accelerator),
                      "cpu_count": os.cpu_count(), "load_average_at_start": os.getloadavg()[0], "models": {}}

@@ -76,8 +76,8 @@ def test_eval_probe_and_edlm_flags_are_their_overrides(saved_run):
          ["score", run, "score.fasta=g.fa", "score.window=64", "score.format=json", "score.rc_conjoin=true"]),
         (["export", run, "out", "--overwrite", "--encoder-alpha", "0.25"],
          ["export", run, "out", "export.overwrite=true", "export.encoder_alpha=0.25"]),
-        (["quickstart", "--max-steps", "5", "--out", "r"],
-         ["quickstart", "quickstart.max_steps=5", "quickstart.out=r"]),
+        (["quickstart", "--max-steps", "5", "--out", "r", "--seed", "3"],
+         ["quickstart", "quickstart.max_steps=5", "quickstart.out=r", "quickstart.seed=3"]),
     ]
     for flags, overrides in pairs:
         by_flag, _ = options(flags)
@@ -149,6 +149,7 @@ def test_frontier_and_bench_take_overrides_onto_their_flags():
     (["score", "RUN", "score.format=vcf"], r"score\.format='vcf' is not allowed; choose one of \['auto', 'tsv'"),
     (["export", "RUN", "out", "export.alpha=0.5"], r"unknown config key export\.alpha; allowed keys"),
     (["quickstart", "--max-steps", "0"], r"--max-steps must be >= 1, got 0 \(quickstart\.max_steps\)"),
+    (["quickstart", "--seed", "-1"], r"--seed must be >= 0, got -1 \(quickstart\.seed\)"),
 ])
 def test_bad_keys_and_values_are_refused_naming_the_key(saved_run, argv, message):
     argv = [str(saved_run) if a == "RUN" else a for a in argv]

@@ -31,6 +31,11 @@ def test_quickstart_end_to_end_and_reuse(tmp_path, capsys, monkeypatch):
     assert f"| n-gram (Witten-Bell, order {ngram['order']}) | {ngram['bits_per_character']:.4f} |" in summary
     assert (out / "loss_curves.png").stat().st_size > 1000
     assert "| MDLM |" in capsys.readouterr().out
+    # another seed (or step count) is another recipe: its runs are not the finished ones in the same folder
+    assert main([*args, "--seed", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "holds a finished run of another recipe (train.seed: 0 -> 1)" in err and "--overwrite" in err
+    assert json.loads((out / "results.json").read_text())["command"] == "seqdiff quickstart --max-steps 2"
     # a later call reuses finished runs instead of training again
     assert qs._run_state(runs / "mdlm", 2) == "done" and qs._run_state(runs / "mdlm", 3) == "partial"
     assert qs._run_state(tmp_path / "nothing", 2) == "new"
