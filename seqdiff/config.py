@@ -75,6 +75,13 @@ class ModelConfig:
     attention (seqdiff.backbones.local_conv; causal models see the K - 1 previous positions); 0 = none."""
     local_conv_mlp: bool = False
     """dit, with local_conv: a second convolution of the same size, its own weights, before each block's MLP."""
+    kmer_sizes: list[int] = field(default_factory=list)
+    """dit: sizes k of learned k-mer embeddings added to each token's input (seqdiff.backbones.kmer_embedding;
+    centred windows, causal models the k tokens ending at it), e.g. [3, 5]; [] = none."""
+    kmer_buckets: int = 262144
+    """dit, with kmer_sizes: rows of a k-mer table at most; k-mers beyond are hashed into this many rows."""
+    kmer_dim: int = 32
+    """dit, with kmer_sizes: width of the k-mer tables (projected to hidden_size by a zero-initialized Linear)."""
 
     def __post_init__(self) -> None:
         if self.hidden_size % self.n_heads != 0:
@@ -93,6 +100,14 @@ class ModelConfig:
                               "model.local_conv=0")
         if self.local_conv_mlp and not self.local_conv:
             raise ConfigError("model.local_conv_mlp=true needs model.local_conv: give the kernel size (odd, >= 3)")
+        if self.kmer_sizes and self.backbone != "dit":
+            raise ConfigError(f"model.kmer_sizes is a DiT option; model.backbone={self.backbone} has none: set "
+                              "model.kmer_sizes=[]")
+        if any(k < 1 for k in self.kmer_sizes) or len(set(self.kmer_sizes)) != len(self.kmer_sizes):
+            raise ConfigError(f"model.kmer_sizes={self.kmer_sizes}: give distinct sizes >= 1, or [] for none")
+        if self.kmer_buckets < 1 or self.kmer_dim < 1:
+            raise ConfigError(f"model.kmer_buckets={self.kmer_buckets} and model.kmer_dim={self.kmer_dim} must be "
+                              ">= 1")
         rc_modes = typing.get_args(typing.get_type_hints(ModelConfig)["rc_equivariant"])
         if self.rc_equivariant not in rc_modes:
             raise ConfigError(f"model.rc_equivariant={self.rc_equivariant!r} is not allowed; "

@@ -12,14 +12,19 @@ from seqdiff.config import ConfigError, ModelConfig, from_dict
 VOCAB = 13
 
 
-CONVS = {k: [{}, {"local_conv": k}, {"local_conv": k, "local_conv_mlp": True}] for k in (3, 5)}
-"""model.local_conv settings the attention-structure tests run under: none, before attention, before both."""
+CONVS = {k: [{}, {"local_conv": k}, {"local_conv": k, "local_conv_mlp": True}, {"kmer_sizes": [2, k]}]
+         for k in (3, 5)}
+"""Local-structure settings the attention-structure tests run under: none, model.local_conv before attention,
+before both, and k-mer embeddings (13 ids: the 2-mers get exact rows, the 5-mers hashed ones)."""
 
 
 def make_model(causal: bool, seed: int = 0, **overrides) -> DiT:
     torch.manual_seed(seed)
     cfg = from_dict(ModelConfig, {"preset": "test", "max_seq_len": 64, **overrides})
     model = build_backbone(cfg, vocab_size=VOCAB, causal=causal)
+    if model.kmer_embed is not None:  # its projection starts at zero: give it weights, or the k-mers do nothing
+        with torch.no_grad():
+            model.kmer_embed.proj.weight.normal_(0.0, 0.5, generator=torch.Generator().manual_seed(seed + 7))
     return model.eval()
 
 

@@ -119,10 +119,11 @@ ROWS = [[5, 1, 6, 4], [9, 3, 2]]  # document lengths per row; the second row end
 L = 16
 
 
-def _dit(causal, time_conditioning, seed=0, local_conv=0, local_conv_mlp=False):
+def _dit(causal, time_conditioning, seed=0, local_conv=0, local_conv_mlp=False, kmer_sizes=()):
     torch.manual_seed(seed)
     cfg = ModelConfig(hidden_size=32, n_heads=4, n_layers=2, max_seq_len=32, cond_dim=16,
-                      time_conditioning=time_conditioning, local_conv=local_conv, local_conv_mlp=local_conv_mlp)
+                      time_conditioning=time_conditioning, local_conv=local_conv, local_conv_mlp=local_conv_mlp,
+                      kmer_sizes=list(kmer_sizes))
     model = DiT(cfg, V, causal).eval()
     with torch.no_grad():  # adaLN-Zero starts every block as the identity: give the gates weights, or nothing mixes
         for p in model.parameters():
@@ -132,13 +133,18 @@ def _dit(causal, time_conditioning, seed=0, local_conv=0, local_conv_mlp=False):
 
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("time_conditioning", [False, True])
-@pytest.mark.parametrize("kernel,local_conv", [("sdpa", 0), ("flex", 0), ("sdpa", 3), ("sdpa", "3+mlp")])
+@pytest.mark.parametrize("kernel,local_conv", [("sdpa", 0), ("flex", 0), ("sdpa", 3), ("sdpa", "3+mlp"),
+                                               ("sdpa", "kmer")])
 @torch.no_grad()  # eager flex_attention runs on CPU in torch 2.13, forward only (no backward on CPU)
 def test_one_packed_forward_equals_the_separate_forwards_of_its_documents(causal, time_conditioning, kernel,
                                                                           local_conv):
     if kernel == "flex" and not dit_module.FLEX_AVAILABLE:
         pytest.skip("this torch has no flex_attention")
-    model = _dit(causal, time_conditioning, local_conv=int(str(local_conv)[0]), local_conv_mlp="mlp" in str(local_conv))
+    if local_conv == "kmer":  # k-mer embeddings instead of a convolution: 2- and 3-mers
+        model = _dit(causal, time_conditioning, kmer_sizes=(2, 3))
+    else:
+        model = _dit(causal, time_conditioning, local_conv=int(str(local_conv)[0]),
+                     local_conv_mlp="mlp" in str(local_conv))
     model.packed_attention = kernel
     rows = [_docs_row(r, seed=i) for i, r in enumerate(ROWS)]
     batch = _pack(rows, L)

@@ -59,6 +59,7 @@ from torch import Tensor, nn
 
 from seqdiff.backbones.activations import ACTIVATIONS
 from seqdiff.backbones.attention import attention
+from seqdiff.backbones.kmer_embedding import KmerEmbedding
 from seqdiff.backbones.local_conv import LocalConv
 from seqdiff.backbones.rotary import RotaryEmbedding, apply_rotary
 from seqdiff.config import ModelConfig
@@ -102,6 +103,8 @@ class KVCache:
     bidirectional model, where each call's tokens see the whole cache and each other (block-causal).
     conv_inputs[i * sites + s]: (B, max_len, hidden_size), layer i's inputs to its local convolution s (s = 0
     before attention, s = 1 before the MLP with model.local_conv_mlp); empty without model.local_conv.
+    token_ids: (B, max_len), the symbols fed so far (id + 1, 0 at padding), which the k-mer embeddings of later
+    tokens read (model.kmer_sizes); None without them.
     """
 
     keys: list[Tensor]
@@ -111,6 +114,7 @@ class KVCache:
     padded: bool = False
     blockwise: bool = False
     conv_inputs: list[Tensor] = field(default_factory=list)
+    token_ids: Tensor | None = None
 
     @property
     def max_len(self) -> int:
@@ -131,7 +135,8 @@ class KVCache:
         with update_cache=False (what such a call writes lands in the copy, not in this cache)."""
         return KVCache(keys=[k[rows] for k in self.keys], values=[v[rows] for v in self.values],
                        key_mask=self.key_mask[rows], length=self.length, padded=self.padded,
-                       blockwise=self.blockwise, conv_inputs=[c[rows] for c in self.conv_inputs])
+                       blockwise=self.blockwise, conv_inputs=[c[rows] for c in self.conv_inputs],
+                       token_ids=None if self.token_ids is None else self.token_ids[rows])
 
 
 def select_positions(h: Tensor, output_index: Tensor | None) -> Tensor:
@@ -315,6 +320,8 @@ class DiT(nn.Module):
         self.causal = causal
         H = cfg.hidden_size
         self.embed = nn.Embedding(vocab_size, H)
+        self.kmer_embed = (KmerEmbedding(vocab_size, H, cfg.kmer_sizes, cfg.kmer_buckets, cfg.kmer_dim, causal)
+                           if cfg.kmer_sizes else None)
         self.rotary = RotaryEmbedding(H // cfg.n_heads, cfg.max_seq_len)
         if cfg.time_conditioning:
             self.time_embed = TimestepEmbedding(cfg.cond_dim)
@@ -325,6 +332,8 @@ class DiT(nn.Module):
         self.final_modulation = nn.Linear(cfg.cond_dim, 2 * H) if cfg.time_conditioning else None
         self.output = nn.Linear(H, vocab_size)
         self.apply(self._init_weights)
+        if self.kmer_embed is not None:
+            self.kmer_embed.reset_projection()  # zero: the k-mers start unused
         for block in self.blocks:
             if block.adaLN_modulation is not None:
                 nn.init.zeros_(block.adaLN_modulation.weight)
@@ -439,11 +448,17 @@ class DiT(nn.Module):
             raise ValueError(f"layer must be in [0, {len(self.blocks)}] (n_layers), got {layer}")
         if layer is not None and kv_cache is not None:
             raise ValueError("layer= reads an intermediate layer for probes; it cannot fill a kv_cache")
-        conv = self.config.local_conv
-        if conv and (explicit or (kv_cache is not None and kv_cache.blockwise)):
-            raise ValueError(f"model.local_conv={conv} cannot run under an explicit attn_mask or a blockwise cache "
-                             "(block-causal attention): its kernel would read across blocks")
+        conv, kmers = self.config.local_conv, self.config.kmer_sizes
+        if (conv or kmers) and (explicit or (kv_cache is not None and kv_cache.blockwise)):
+            what = f"model.local_conv={conv}" if conv else f"model.kmer_sizes={kmers}"
+            raise ValueError(f"{what} cannot run under an explicit attn_mask or a blockwise cache "
+                             "(block-causal attention): its window would read across blocks")
         x = self.embed(input_ids)  # (B, L, H)
+        if self.kmer_embed is not None:
+            if kv_cache is not None:
+                x = x + self.kmer_embed.forward_cached(input_ids, kv_cache.token_ids, start, attention_mask)
+            else:
+                x = x + self.kmer_embed(input_ids, attention_mask, segment_ids)
         for i, block in enumerate(self.blocks[:layer]):
             kv = None if kv_cache is None else (kv_cache.keys[i], kv_cache.values[i])
             sites = block.conv_sites
@@ -494,12 +509,19 @@ class DiT(nn.Module):
             blockwise=blockwise,
             conv_inputs=[torch.zeros(conv_shape, device=device, dtype=dtype)
                          for block in self.blocks for _ in range(block.conv_sites)],
+            token_ids=(torch.zeros(batch_size, max_len, device=device, dtype=torch.long)
+                       if self.kmer_embed is not None else None),
         )
 
     def num_parameters(self, exclude_embedding: bool = False) -> int:
-        """Number of parameters; `exclude_embedding` leaves out the input token embedding table."""
+        """Number of parameters; `exclude_embedding` leaves out the input embedding tables (tokens, k-mers)."""
         n = sum(p.numel() for p in self.parameters())
-        return n - self.embed.weight.numel() if exclude_embedding else n
+        return n - self._lookup_parameters() if exclude_embedding else n
+
+    def _lookup_parameters(self) -> int:
+        """Parameters read by a table lookup, not multiplied at every token: the token and k-mer tables."""
+        tables = [] if self.kmer_embed is None else list(self.kmer_embed.tables.parameters())
+        return self.embed.weight.numel() + sum(p.numel() for p in tables)
 
     def flops_per_token(self, seq_len: int, head_share: float = 1.0) -> int:
         """Training FLOPs per token (forward + backward): 6 * N + 12 * n_layers * hidden_size * seq_len.
@@ -509,14 +531,14 @@ class DiT(nn.Module):
 
         The convention of PaLM (Chowdhery et al. 2022, appendix B), also nanoGPT's MFU estimate: 2 FLOPs
         per multiply-accumulate, x3 for forward + backward. N counts the parameters applied at every token:
-        all but the input embedding (a lookup) and the noise-level conditioning (timestep MLP and adaLN
+        all but the input embedding and k-mer tables (lookups) and the noise-level conditioning (timestep MLP and adaLN
         modulation Linears run once per sequence, not per token); the untied output projection counts.
         The attention term (QK^T and AV over seq_len keys) is for full attention; a causal model does
         about half of it, which this convention ignores.
         """
         per_sequence = {id(p) for m in self._conditioning_modules() for p in m.parameters()}
         n = sum(p.numel() for p in self.parameters() if id(p) not in per_sequence)
-        n -= self.embed.weight.numel()
+        n -= self._lookup_parameters()
         n -= (1 - head_share) * sum(p.numel() for p in self.output.parameters())
         cfg = self.config
         return round(6 * n + 12 * cfg.n_layers * cfg.hidden_size * seq_len)

@@ -144,6 +144,9 @@ class BD3LM(MDLM):
         if getattr(cfg, "local_conv", 0):
             raise ConfigError(f"method.name=bd3lm needs model.local_conv=0 (got {cfg.local_conv}): a kernel at the end "
                               "of a block would read the next block, which block diffusion keeps hidden")
+        if getattr(cfg, "kmer_sizes", None):
+            raise ConfigError(f"method.name=bd3lm needs model.kmer_sizes=[] (got {cfg.kmer_sizes}): a k-mer at the end "
+                              "of a block would read the next block, which block diffusion keeps hidden")
         if getattr(cfg, "time_conditioning", False):
             raise ConfigError("method.name=bd3lm needs model.time_conditioning=false: every block has its own noise "
                               "level and the clean prefix in the KV cache must not depend on time")
