@@ -78,6 +78,8 @@ RECIPES: dict[str, list[str]] = {
 RECIPES["cpu_small_bf16_conv9"] = [*RECIPES["cpu_small_bf16"], "model.local_conv=9"]
 RECIPES["cpu_small_bf16_conv17"] = [*RECIPES["cpu_small_bf16"], "model.local_conv=17"]
 RECIPES["cpu_small_bf16_conv17_mlp"] = [*RECIPES["cpu_small_bf16_conv17"], "model.local_conv_mlp=true"]
+RECIPES["cpu_small_bf16_conv17_kmer"] = [*RECIPES["cpu_small_bf16_conv17"], "model.kmer_sizes=[3,5,7,9]",
+                                         "model.kmer_buckets=524288"]
 """Overrides of the CPU recipes. short: a 2-core CPU shared with five other jobs, 128-nt context, 600 steps x 16
 windows (1.2 M bases per model, `cpu-small`). long: 6,000 steps x 32 windows of 128 nt (24.6 M bases, 46% of
 the training blocks) for a DiT of width 192 and depth 3, the size a measured 0.8 s per step on one core lets
@@ -92,7 +94,9 @@ config's: at 2e-3 this model was no better than the unigram after 1,000 steps (r
 cpu_small_bf16_conv9 (session 14): the same with model.local_conv=9, a depthwise convolution over the 4 bases on
 each side (MDLM; AR would see the 8 before, an order-8 chain's context). cpu_small_bf16_conv17 (session 15): the
 same with 8 bases on each side, the order-8 chain's context on both sides. cpu_small_bf16_conv17_mlp (session 16):
-conv17 plus model.local_conv_mlp, a second convolution before each block's MLP."""
+conv17 plus model.local_conv_mlp, a second convolution before each block's MLP. cpu_small_bf16_conv17_kmer (session
+17): conv17 plus k-mer input embeddings of sizes 3, 5, 7 and 9 (seqdiff.backbones.kmer_embedding; the 7- and 9-mers
+hashed into 524,288 rows each), the order-8 chain's context table handed to the network."""
 DONE = Path("checkpoints") / "DONE"
 MARKOV_ORDERS = (0, 2, 5, 8)
 PAPER = {"mdlm_perplexity": 3.199, "ar_perplexity": 3.067}  # MDLM paper, human genome (HG38), per base

@@ -248,6 +248,16 @@ def _local_conv(model: dict) -> str:
     return f" and a depthwise convolution over {k} neighbouring positions {sites}"
 
 
+def _kmers(model: dict) -> str:
+    """The summary's words for model.kmer_sizes (absent from reports made before it existed)."""
+    sizes = model.get("kmer_sizes") or []
+    if not sizes:
+        return ""
+    listed = ", ".join(str(k) for k in sizes)
+    return (f", plus learned embeddings of the {listed}-character windows around each position "
+            f"(model.kmer_sizes, hashed into at most {model.get('kmer_buckets'):,} rows per size)")
+
+
 def _summary(results: dict) -> str:
     cfg = results["config"]
     m = results["models"]["mdlm"]
@@ -262,8 +272,8 @@ def _summary(results: dict) -> str:
         f"Data: the Shakespeare slice shipped with seqdiff, split by whole plays (train: {_works('train')}; "
         f"valid: {_works('valid')}; test: {_works('test')}), lowercased to the text8 alphabet (a-z and space).",
         f"Both models: DiT backbone {cfg['model']['hidden_size']} wide, {cfg['model']['n_layers']} layers, "
-        f"{cfg['model']['n_heads']} heads{_local_conv(cfg['model'])}, blocks of {cfg['data']['seq_len']} "
-        f"characters, batch "
+        f"{cfg['model']['n_heads']} heads{_local_conv(cfg['model'])}{_kmers(cfg['model'])}, "
+        f"blocks of {cfg['data']['seq_len']} characters, batch "
         f"{cfg['data']['batch_size']}, {m['steps']} steps ({m['tokens_seen']:,} training tokens each), AdamW "
         f"lr {cfg['train']['lr']} with cosine decay, EMA weights for evaluation; {_precision(results)}.",
         "",
