@@ -54,10 +54,12 @@ CANDIDATES: dict[str, list[str]] = {
     "local_conv25": ["model.local_conv=25"],
     "conv_mlp": ["model.local_conv_mlp=true"],
     "heads4": ["model.n_heads=4"],
-    # session 17, against the 1,100-step recipe with local_conv=9 and local_conv_mlp: k-mer input embeddings
+    # session 17, against the 1,100-step recipe with local_conv=9 and local_conv_mlp and no k-mers (the "baseline"
+    # row of reports/quickstart_sweep/kmer; `model.kmer_sizes=[]` reproduces it now): k-mer input embeddings
     "kmer3": ["model.kmer_sizes=[3]"],
     "kmer3_5": ["model.kmer_sizes=[3,5]", "model.kmer_buckets=65536"],
     "kmer2_3_4": ["model.kmer_sizes=[2,3,4]", "model.kmer_buckets=65536"],
+    "kmer2_3_4_5": ["model.kmer_sizes=[2,3,4,5]", "model.kmer_buckets=65536"],
 }
 """Recipes tried, as overrides of seqdiff.quickstart.QUICKSTART (the preset's width is overridden too). The
 recipe changed in session 13 (2,000 steps, train.precision=bf16-if-native): the rows of
