@@ -160,22 +160,25 @@ def test_time_conditioned_model_takes_the_noise_level(tmp_path):
             hf(ids)
 
 
-def test_a_model_with_local_conv_exports_with_its_kernel(tmp_path):
+@pytest.mark.parametrize("local", [{"local_conv": 5}, {"kmer_sizes": [2, 3], "kmer_buckets": 4096}])
+def test_a_model_with_local_structure_exports_with_its_weights(tmp_path, local):
     from seqdiff.backbones import build_backbone
     from seqdiff.hf.modeling import SeqDiffForCausalLM
 
     tok = CharTokenizer()
-    cfg = ModelConfig(hidden_size=16, n_layers=2, n_heads=2, max_seq_len=16, local_conv=5)
+    cfg = ModelConfig(hidden_size=16, n_layers=2, n_heads=2, max_seq_len=16, **local)
     method_config = MethodConfig(name="ar")
     torch.manual_seed(0)
     backbone = build_backbone(cfg, tok.vocab_size, causal=True)
+    if backbone.kmer_embed is not None:  # a trained projection, not the zero it starts at
+        torch.nn.init.normal_(backbone.kmer_embed.proj.weight)
     model = LoadedModel(backbone=backbone, method=build_method(method_config, tok), tokenizer=tok, model_config=cfg,
                         method_config=method_config, data_config=None, seq_len=16, step=0, path=tmp_path, ema=False)
     hf = SeqDiffForCausalLM.from_pretrained(export_model(model, tmp_path / "conv")).eval()
     ids = torch.randint(0, tok.vocab_size, (2, 16))
     with torch.no_grad():
         torch.testing.assert_close(hf(ids).logits, backbone(ids))
-    assert hf.config.model["local_conv"] == 5
+    assert all(hf.config.model[key] == value for key, value in local.items())
 
 
 def test_cli_export_and_bad_input(runs, exported, tmp_path, capsys):
