@@ -76,8 +76,9 @@ def test_parameter_count_and_flops():
 # 2. causality -----------------------------------------------------------------------------------------
 
 
-def test_causal_model_does_not_look_ahead():
-    model = make_model(causal=True)
+@pytest.mark.parametrize("conv", CONVS[5])
+def test_causal_model_does_not_look_ahead(conv):
+    model = make_model(causal=True, **conv)
     x = tokens(2, 12)
     j = 7
     y = x.clone()
