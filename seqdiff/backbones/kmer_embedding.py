@@ -66,10 +66,13 @@ class KmerEmbedding(nn.Module):
 
     def forward(self, ids: Tensor, keep: Tensor | None = None, segment_ids: Tensor | None = None) -> Tensor:
         """ids (B, L); keep (B, L): False at padding; segment_ids (B, L): packed documents. -> (B, L, hidden)."""
-        symbols = self.symbols(ids, keep)
+        return self.lookup(self.symbols(ids, keep), segment_ids)
+
+    def lookup(self, symbols: Tensor, segment_ids: Tensor | None = None, first: int = 0) -> Tensor:
+        """The projected sum of every size's rows for positions first.. of `symbols`: (B, L - first, hidden)."""
         out = 0
         for k, table in zip(self.sizes, self.tables):
-            out = out + table(self.kmer_ids(symbols, k, segment_ids))
+            out = out + table(self.kmer_ids(symbols, k, segment_ids)[:, first:])  # (B, L - first, dim)
         return self.proj(out)
 
     def symbols(self, ids: Tensor, keep: Tensor | None) -> Tensor:
@@ -77,12 +80,11 @@ class KmerEmbedding(nn.Module):
         symbols = ids.long() + 1
         return symbols if keep is None else symbols * keep.long()
 
-    def kmer_ids(self, symbols: Tensor, k: int, segment_ids: Tensor | None = None, left: int | None = None) -> Tensor:
-        """(B, L) row of each position's k-mer in table k. left: how many of the k positions precede the token
-        (default `self.left(k)`; a cached call passes fewer when the sequence starts inside the window)."""
-        left = self.left(k) if left is None else left
+    def kmer_ids(self, symbols: Tensor, k: int, segment_ids: Tensor | None = None) -> Tensor:
+        """(B, L) row of each position's k-mer in table k."""
+        left = self.left(k)
         base, exact = self.vocab_size + 1, (self.vocab_size + 1) ** k <= self.buckets
-        B, L = symbols.shape
+        L = symbols.shape[1]
         number = torch.zeros_like(symbols)
         for j in range(k):
             offset = j - left  # the j-th token of the window is at position i + offset
@@ -107,12 +109,8 @@ class KmerEmbedding(nn.Module):
         end = start + ids.shape[1]
         token_history[:, start:end] = self.symbols(ids, keep)
         first = max(0, start - self.history)
-        window = token_history[:, first:end]  # (B, end - first)
-        out = 0
-        for k, table in zip(self.sizes, self.tables):
-            # the new tokens' k-mers lie inside the window (it reaches back `history` >= k - 1 tokens, or to 0)
-            out = out + table(self.kmer_ids(window, k)[:, start - first:])  # (B, L, dim)
-        return self.proj(out)
+        # the new tokens' k-mers lie inside the window: it reaches back `history` >= k - 1 tokens, or to 0
+        return self.lookup(token_history[:, first:end], first=start - first)
 
 
 __all__ = ["KmerEmbedding", "table_rows"]
