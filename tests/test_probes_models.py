@@ -25,7 +25,15 @@ TOK = NucleotideTokenizer()
 def backbone(causal: bool, seed: int = 0, **overrides):
     torch.manual_seed(seed)
     cfg = from_dict(ModelConfig, {"preset": "test", "max_seq_len": 64, **overrides})
-    return build_backbone(cfg, TOK.vocab_size, causal=causal).eval()
+    model = build_backbone(cfg, TOK.vocab_size, causal=causal).eval()
+    if model.kmer_embed is not None:  # its projection starts at zero: give it weights, or the k-mers do nothing
+        with torch.no_grad():
+            model.kmer_embed.proj.weight.normal_(0.0, 0.5)
+    return model
+
+
+# A plain backbone and one that reads k-mer embeddings: padding must stay outside every k-mer window.
+LOCAL = [{}, {"kmer_sizes": [3, 5], "kmer_buckets": 4096}]
 
 
 def toy_sequences(n: int, length: int, seed: int) -> tuple[list[str], np.ndarray]:
@@ -45,10 +53,11 @@ def test_masked_mean_brute_force():
     torch.testing.assert_close(out[1], h[1].mean(0))
 
 
+@pytest.mark.parametrize("local", LOCAL)
 @pytest.mark.parametrize("causal", [False, True])
-def test_embedding_ignores_padding_and_batch_company(causal):
+def test_embedding_ignores_padding_and_batch_company(causal, local):
     """A sequence's embedding alone equals its embedding padded next to a longer one."""
-    enc = BackboneEncoder(backbone(causal), TOK.complement_ids)
+    enc = BackboneEncoder(backbone(causal, **local), TOK.complement_ids)
     short, long = "ACGTTGCA", "GGGCCCAAATTTACGTACGT"
     alone = embed_sequences(enc, TOK, [short])[0]
     batched = embed_sequences(enc, TOK, [long, short], batch_size=2)
@@ -60,9 +69,10 @@ def test_embedding_ignores_padding_and_batch_company(causal):
     np.testing.assert_allclose(alone, want, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("local", LOCAL)
 @pytest.mark.parametrize("causal", [False, True])
-def test_reverse_complement_average_is_strand_symmetric(causal):
-    enc = BackboneEncoder(backbone(causal), TOK.complement_ids, rc_average=True)
+def test_reverse_complement_average_is_strand_symmetric(causal, local):
+    enc = BackboneEncoder(backbone(causal, **local), TOK.complement_ids, rc_average=True)
     seq = "AACGTTTGCAGGCA"
     rc = "".join({"A": "T", "C": "G", "G": "C", "T": "A"}[b] for b in reversed(seq))
     out = embed_sequences(enc, TOK, [seq, rc, "ACG" + seq], batch_size=3)  # padded: RC puts padding left
