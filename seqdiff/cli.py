@@ -325,6 +325,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
     from seqdiff.probes import load_benchmark
     from seqdiff.probes.data import stratified_subsample
     from seqdiff.probes.finetune import FinetuneConfig
+    from seqdiff.probes.linear import check_folds
     from seqdiff.probes.protocol import ProbeConfig, load_probe_model, run_protocol
     from seqdiff.probes.report import format_row, metric_label, write_report
 
@@ -336,18 +337,21 @@ def cmd_probe(args: argparse.Namespace) -> int:
     bench = load_benchmark(o.benchmark, data_dir=o.data_dir, test_file=o.test_file)
     config = ProbeConfig(seeds=o.seeds, finetune_seeds=o.finetune_seeds, layer=o.layer,
                          rc_average=o.rc_average, rc_both=o.rc_both, pool=o.pool, train_size=o.train_size,
-                         device=o.device)
+                         cv_folds=o.cv_folds, device=o.device)
     config.finetune = FinetuneConfig(epochs=o.epochs, lr=o.lr, head_epochs=o.head_epochs,
                                      encoder_lr_scale=o.encoder_lr_scale, head_init=o.head_init)
     config.cnn.epochs = o.cnn_epochs
-    if o.train_size is not None:  # refused before any row runs or any report is written
-        stratified_subsample(bench.train.labels, o.train_size, seed=0)
+    pool = bench.train.labels  # refused before any row runs or any report is written: too large a draw, too many folds
+    if o.train_size is not None:
+        pool = pool[stratified_subsample(pool, o.train_size, seed=0)]
+    if o.cv_folds > 1:
+        check_folds(pool, o.cv_folds)
     probes = tuple(p for p in ("frozen", "finetune") if p not in o.skip)
     baselines = tuple(b for b in ("random", "kmer", "cnn") if b not in o.skip and (b != "random" or models))
     baselines += ("checkpoints",) if "checkpoints" in o.skip else ()
     print(f"{bench.name}: {len(bench.train)} train, {len(bench.test)} test, classes {bench.classes}", file=sys.stderr)
     settings = {"seeds": o.seeds, "finetune_seeds": o.finetune_seeds or o.seeds, "train_size": o.train_size,
-                "layer": o.layer,
+                "cv_folds": o.cv_folds, "layer": o.layer,
                 "rc_average": o.rc_average, "rc_both": o.rc_both, "pool": o.pool, "finetune": vars(config.finetune),
                 "cnn": vars(config.cnn), "ema_weights": not o.no_ema}
     command = "seqdiff " + shlex.join(args.argv)

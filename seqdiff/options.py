@@ -159,6 +159,9 @@ class ProbeOptions:
     train_size: int | None = None
     """Small-data check: each seed draws this many training sequences (stratified) before its 90/10 split; the
     test set is unchanged. Default: the whole training set."""
+    cv_folds: int = 0
+    """> 1: the frozen and k-mer rows choose C (and layer, k) by K-fold cross-validation over each seed's train and
+    validation rows, then refit on all of them (small data sets); fine-tuned and CNN rows keep the 90/10 split."""
     finetune_seeds: int | None = None
     """Seeds for the trained rows (default: seeds)."""
     epochs: int = 3
@@ -201,6 +204,9 @@ class ProbeOptions:
             value = getattr(self, key)
             if value is not None and value < 1:
                 raise ConfigError(f"probe.{key} must be >= 1, got {value}")
+        if self.cv_folds < 0 or self.cv_folds == 1:
+            raise ConfigError(f"probe.cv_folds takes 0 (choose on the 90/10 split) or a number of folds >= 2, "
+                              f"got {self.cv_folds}")
 
 
 @dataclass

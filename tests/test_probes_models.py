@@ -171,6 +171,42 @@ def test_logistic_regression_keeps_the_c_best_on_validation():
     assert picked.choice["C"] == C_GRID[int(np.argmax(vals))] and picked.val_accuracy == max(vals)
 
 
+def test_cross_validation_chooses_c_by_the_mean_fold_accuracy_and_refits_on_every_row():
+    """folds > 1: train and val pooled, each C scored by stratified K-fold (each fold standardized on its own
+    fitting part: brute force below), the best C refit on all pooled rows."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.model_selection import StratifiedKFold
+    from sklearn.preprocessing import StandardScaler
+
+    from seqdiff.probes.linear import cross_validated_accuracy
+
+    rng = np.random.default_rng(1)
+    X = {s: rng.normal(size=(n, 8)) for s, n in (("train", 45), ("val", 15), ("test", 50))}
+    y = {s: (X[s][:, 0] - X[s][:, 1] + 1.2 * rng.normal(size=len(X[s])) > 0).astype(int) for s in X}
+    rows, targets = np.concatenate([X["train"], X["val"]]), np.concatenate([y["train"], y["val"]])
+    brute = np.zeros(len(C_GRID))
+    for fit_idx, held_idx in StratifiedKFold(4, shuffle=True, random_state=3).split(rows, targets):
+        scaler = StandardScaler().fit(rows[fit_idx])
+        for j, c in enumerate(C_GRID):
+            m = LogisticRegression(C=c, max_iter=2000).fit(scaler.transform(rows[fit_idx]), targets[fit_idx])
+            brute[j] += accuracy(m.predict(scaler.transform(rows[held_idx])), targets[held_idx]) / 4
+    np.testing.assert_allclose(cross_validated_accuracy(rows, targets, 3, C_GRID, 4), brute)
+    picked = fit_logistic(X, y, seed=3, folds=4)
+    best = C_GRID[int(np.argmax(brute))]
+    assert picked.choice == {"C": best} and picked.val_accuracy == pytest.approx(brute.max())
+    scaler = StandardScaler().fit(rows)  # the refit reads every pooled row, not the 90% of a split
+    refit = LogisticRegression(C=best, max_iter=2000).fit(scaler.transform(rows), targets)
+    assert picked.test_accuracy == accuracy(refit.predict(scaler.transform(X["test"])), y["test"])
+
+
+def test_cross_validation_refuses_a_class_smaller_than_the_folds():
+    from seqdiff.probes.linear import cross_validated_accuracy
+
+    labels = np.array([0] * 10 + [1] * 3)
+    with pytest.raises(ProbeError, match=r"probe.cv_folds=4: .* class 1 has 3"):
+        cross_validated_accuracy(np.zeros((13, 2)), labels, 0, C_GRID, 4)
+
+
 def test_cnn_flatten_size_matches_the_layers():
     for length in (57, 60, 200, 251):
         cnn = GenomicBenchmarksCNN(TOK.vocab_size, length)
@@ -362,10 +398,18 @@ def test_probe_command_small_data_check(dna_run, tmp_path, capsys):
     table.write_text("sequence,label\n" + "".join(f"{s},{'gc' if y else 'at'}\n" for s, y in zip(seqs, labels)))
     out = tmp_path / "reports"
     assert main(["probe", str(dna_run / "mdlm"), "--benchmark", str(table), "--seeds", "2", "--train-size", "20",
-                 "--skip", "finetune", "cnn", "random", "--out", str(out)]) == 0
+                 "--cv-folds", "3", "--skip", "finetune", "cnn", "random", "--out", str(out)]) == 0
     report = json.loads((out / "toy.json").read_text())
-    assert report["settings"]["train_size"] == 20
-    assert "small-data check: each seed draws 20 training sequences" in (out / "toy.md").read_text()
+    assert report["settings"]["train_size"] == 20 and report["settings"]["cv_folds"] == 3
+    md = (out / "toy.md").read_text()
+    assert "small-data check: each seed draws 20 training sequences" in md and "3-fold cross-validation" in md
+    # more folds than a class has sequences, and one fold: refused before any report is written
+    assert main(["probe", str(dna_run / "mdlm"), "--benchmark", str(table), "--train-size", "20",
+                 "--cv-folds", "11", "--out", str(tmp_path / "none")]) == 2
+    assert "probe.cv_folds=11: 11-fold cross-validation needs at least 11" in capsys.readouterr().err
+    assert main(["probe", str(dna_run / "mdlm"), "--benchmark", str(table), "--cv-folds", "1",
+                 "--out", str(tmp_path / "none")]) == 2
+    assert "--cv-folds takes 0" in capsys.readouterr().err
     # too large a draw is refused before any report is written
     assert main(["probe", str(dna_run / "mdlm"), "--benchmark", str(table), "--train-size", "5000",
                  "--out", str(tmp_path / "none")]) == 2

@@ -12,6 +12,12 @@ fitted model reads the full features as before; each fit works in r dimensions i
 
 k-mer count features (k = 3..6) live here too: the classic alignment-free baseline, with k chosen on
 validation alongside C.
+
+Small data sets (`folds` > 1): with a hundred training sequences a 10% validation split is ten sequences, and
+the choice of C (or k, or the layer) made on them is mostly noise. Then the training and validation rows are
+pooled, C is chosen by the mean accuracy of stratified K-fold cross-validation over them (each fold fits its own
+scaler and row space, so nothing of a held-out fold leaks into its fit), and the chosen C is refit on all of
+them: the standard small-sample protocol, which also fits on every row instead of 90% of them.
 """
 
 from __future__ import annotations
@@ -22,6 +28,8 @@ from itertools import product
 from typing import Any
 
 import numpy as np
+
+from seqdiff.probes.errors import ProbeError
 
 C_GRID = (0.01, 0.1, 1.0, 10.0)
 KMER_SIZES = (3, 4, 5, 6)
@@ -46,29 +54,86 @@ def accuracy(pred: np.ndarray, labels: np.ndarray) -> float:
 
 
 def fit_logistic_model(features: dict[str, np.ndarray], labels: dict[str, np.ndarray], seed: int,
-                       c_grid: Sequence[float] = C_GRID, reduce: bool = True):
+                       c_grid: Sequence[float] = C_GRID, reduce: bool = True, folds: int = 0):
     """(fitted StandardScaler, fitted LogisticRegression, {"C": c, "val_accuracy": v}) for the C with the
-    best validation accuracy; features/labels keyed train and val. `reduce=False` solves in the F features
-    (the same solution, slower when F > rows; kept for the test of that)."""
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.preprocessing import StandardScaler
-
-    scaler = StandardScaler().fit(features["train"])
-    train, val = scaler.transform(features["train"]), scaler.transform(features["val"])
-    basis = row_space(train) if reduce else None
-    if basis is not None:  # the same problem in the span of the training rows (module docstring)
-        train, val = train @ basis.T, val @ basis.T
+    best validation accuracy; features/labels keyed train and val. `folds` > 1: C by cross-validation over
+    train and val pooled, refit on both (module docstring); "val_accuracy" is then the mean fold accuracy.
+    `reduce=False` solves in the F features (the same solution, slower when F > rows; kept for its test)."""
+    if folds > 1:
+        rows = np.concatenate([features["train"], features["val"]])
+        targets = np.concatenate([labels["train"], labels["val"]])
+        scores = cross_validated_accuracy(rows, targets, seed, c_grid, folds, reduce)
+        best = int(np.argmax(scores))  # the first best: the smallest C among ties, as on a validation split
+        fit = _ReducedFit(rows, reduce)
+        return fit.scaler, fit.export(fit.fit(targets, c_grid[best], seed)), {"C": c_grid[best],
+                                                                              "val_accuracy": float(scores[best])}
+    fit = _ReducedFit(features["train"], reduce)
+    val = fit.transform(features["val"])
     best = None
     for c in c_grid:
-        model = LogisticRegression(C=c, max_iter=2000, random_state=seed).fit(train, labels["train"])
+        model = fit.fit(labels["train"], c, seed)
         score = accuracy(model.predict(val), labels["val"])
         if best is None or score > best[0]:
             best = (score, c, model)
     score, c, model = best
-    if basis is not None:  # back to the F features: w = V^T a
-        model.coef_ = model.coef_ @ basis
-        model.n_features_in_ = basis.shape[1]
-    return scaler, model, {"C": c, "val_accuracy": score}
+    return fit.scaler, fit.export(model), {"C": c, "val_accuracy": score}
+
+
+class _ReducedFit:
+    """Standardized training rows, in the span of those rows when that is smaller (module docstring): fit
+    logistic regressions there, then `export` one to read the full features."""
+
+    def __init__(self, train: np.ndarray, reduce: bool = True):
+        from sklearn.preprocessing import StandardScaler
+
+        self.scaler = StandardScaler().fit(train)
+        rows = self.scaler.transform(train)
+        self.basis = row_space(rows) if reduce else None
+        self.rows = rows if self.basis is None else rows @ self.basis.T
+
+    def transform(self, features: np.ndarray) -> np.ndarray:
+        """Standardized and, with a basis, in its coordinates (what a model from `fit` reads)."""
+        rows = self.scaler.transform(features)
+        return rows if self.basis is None else rows @ self.basis.T
+
+    def fit(self, labels: np.ndarray, c: float, seed: int):
+        from sklearn.linear_model import LogisticRegression
+
+        return LogisticRegression(C=c, max_iter=2000, random_state=seed).fit(self.rows, labels)
+
+    def export(self, model):
+        """The model reading the standardized full features: w = V^T a."""
+        if self.basis is not None:
+            model.coef_ = model.coef_ @ self.basis
+            model.n_features_in_ = self.basis.shape[1]
+        return model
+
+
+def check_folds(labels: np.ndarray, folds: int) -> None:
+    """Stratified K-fold needs K rows of every class; else one message naming the class."""
+    classes, counts = np.unique(np.asarray(labels), return_counts=True)
+    if len(counts) and counts.min() < folds:
+        raise ProbeError(f"probe.cv_folds={folds}: {folds}-fold cross-validation needs at least {folds} training "
+                         f"sequences of every class; class {classes[counts.argmin()]} has {counts.min()}: use "
+                         "fewer folds or a larger --train-size")
+
+
+def cross_validated_accuracy(rows: np.ndarray, labels: np.ndarray, seed: int, c_grid: Sequence[float],
+                             folds: int, reduce: bool = True) -> np.ndarray:
+    """(len(c_grid),) mean held-out accuracy of each C over stratified K-fold splits of `rows` (seeded); every
+    fold standardizes and reduces on its own training part."""
+    from sklearn.model_selection import StratifiedKFold
+
+    labels = np.asarray(labels)
+    check_folds(labels, folds)
+    scores = np.zeros((folds, len(c_grid)))
+    splitter = StratifiedKFold(n_splits=folds, shuffle=True, random_state=seed)
+    for i, (fit_idx, held_idx) in enumerate(splitter.split(rows, labels)):
+        fit = _ReducedFit(rows[fit_idx], reduce)
+        held = fit.transform(rows[held_idx])
+        for j, c in enumerate(c_grid):
+            scores[i, j] = accuracy(fit.fit(labels[fit_idx], c, seed).predict(held), labels[held_idx])
+    return scores.mean(axis=0)
 
 
 def row_space(rows: np.ndarray) -> np.ndarray | None:
@@ -83,9 +148,10 @@ def row_space(rows: np.ndarray) -> np.ndarray | None:
 
 
 def fit_logistic(features: dict[str, np.ndarray], labels: dict[str, np.ndarray], seed: int,
-                 c_grid: Sequence[float] = C_GRID) -> Selected:
-    """features/labels keyed train, val, test; the C with the best validation accuracy is kept."""
-    scaler, model, choice = fit_logistic_model(features, labels, seed, c_grid)
+                 c_grid: Sequence[float] = C_GRID, folds: int = 0) -> Selected:
+    """features/labels keyed train, val, test; the C with the best validation (or `folds`-fold
+    cross-validation) accuracy is kept."""
+    scaler, model, choice = fit_logistic_model(features, labels, seed, c_grid, folds=folds)
     pred = model.predict(scaler.transform(features["test"]))
     return Selected(choice["val_accuracy"], accuracy(pred, labels["test"]), {"C": choice["C"]}, test_pred=pred)
 
@@ -109,12 +175,13 @@ def kmer_counts(sequences: Sequence[str], k: int) -> np.ndarray:
 
 
 def fit_kmer(sequences: dict[str, Sequence[str]], labels: dict[str, np.ndarray], seed: int,
-             sizes: Sequence[int] = KMER_SIZES, c_grid: Sequence[float] = C_GRID) -> Selected:
-    """k-mer frequencies + logistic regression; (k, C) chosen together on validation."""
+             sizes: Sequence[int] = KMER_SIZES, c_grid: Sequence[float] = C_GRID, folds: int = 0) -> Selected:
+    """k-mer frequencies + logistic regression; (k, C) chosen together on validation (or by `folds`-fold
+    cross-validation)."""
     best = None
     for k in sizes:
         feats = {split: kmer_counts(seqs, k) for split, seqs in sequences.items()}
-        result = fit_logistic(feats, labels, seed, c_grid)
+        result = fit_logistic(feats, labels, seed, c_grid, folds)
         if best is None or result.val_accuracy > best.val_accuracy:
             best = Selected(result.val_accuracy, result.test_accuracy, {"k": k, **result.choice}, result.test_pred)
     return best

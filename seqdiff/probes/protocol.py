@@ -2,9 +2,10 @@
 
 for each of `seeds` seeds, a random stratified 90/10 split of the training set into train / validation;
 hyperparameters (C, k, the fine-tuning epoch) are chosen on validation; the chosen model is scored once
-on the test set. A row reports the benchmark's headline test metric (top-1 accuracy unless the benchmark
-declares another, `metrics.METRICS`) as the mean and the range (min, max) over seeds; accuracy is always
-recorded too. Selection stays on validation accuracy whatever the headline.
+on the test set. For small data sets the linear rows can choose by K-fold cross-validation over train and
+validation instead (`ProbeConfig.cv_folds`). A row reports the benchmark's headline test metric (top-1
+accuracy unless the benchmark declares another, `metrics.METRICS`) as the mean and the range (min, max) over
+seeds; accuracy is always recorded too. Selection stays on validation accuracy whatever the headline.
 
 Rows (the `PROBES` registry, one function per kind of row):
 - `frozen`    a checkpoint's backbone, frozen; mean-pooled embeddings -> logistic regression
@@ -79,6 +80,11 @@ class ProbeConfig:
     train_size: int | None = None
     """Small-data check: each seed first draws this many training sequences (stratified, its own draw), then
     splits them 90/10; the test set is unchanged. None: the whole training set."""
+    cv_folds: int = 0
+    """> 1: the linear rows (frozen, k-mer) choose C, the layer and k by stratified K-fold cross-validation over
+    the seed's train and validation rows pooled, then refit on all of them (seqdiff.probes.linear; for small data
+    sets, where 10% is a handful of sequences). The trained rows (fine-tune, CNN) keep the 90/10 split, which
+    their epoch choice needs. 0: every row chooses on the 90/10 split."""
     device: str = "cpu"
 
 
@@ -135,7 +141,7 @@ def _frozen(model: ProbeModel, split: Split, seed: int, config: ProbeConfig):
     layers = candidate_layers(model.backbone, config.layer)
     for i, layer in enumerate(layers):
         chosen = {k: v.reshape(len(v), -1) if layer == CONCAT_LAYER else v[:, i] for k, v in feats.items()}
-        result = fit_logistic(chosen, split.labels(), seed)
+        result = fit_logistic(chosen, split.labels(), seed, folds=config.cv_folds)
         if best is None or result.val_accuracy > best.val_accuracy:
             best = Selected(result.val_accuracy, result.test_accuracy,
                             {"layer": "final" if layer is None else layer, **result.choice}, result.test_pred)
@@ -196,7 +202,7 @@ def _selected(val: float, test_pred: np.ndarray, split: Split, choice: dict[str,
 
 
 def _kmer(model: ProbeModel | None, split: Split, seed: int, config: ProbeConfig):
-    return fit_kmer(split.sequences(), split.labels(), seed)
+    return fit_kmer(split.sequences(), split.labels(), seed, folds=config.cv_folds)
 
 
 def _cnn(model: ProbeModel | None, split: Split, seed: int, config: ProbeConfig):

@@ -158,7 +158,11 @@ def write_report(out_dir: str | Path, bench, rows: list[dict[str, Any]], command
         f"(counted per row in the JSON, `truncated_sequences`)",
         f"- protocol: {payload['protocol']}",
         *([f"- small-data check: each seed draws {settings['train_size']} training sequences (stratified) before "
-           "its 90/10 split; the test set is the full one"] if settings.get("train_size") else []), "",
+           "its 90/10 split; the test set is the full one"] if settings.get("train_size") else []),
+        *([f"- the frozen and k-mer rows chose C, the layer and k by {settings['cv_folds']}-fold cross-validation "
+           "over each seed's train and validation rows pooled, then refit on all of them (their 'val' is the mean "
+           "fold accuracy); the fine-tuned and CNN rows chose on the 90/10 split"]
+          if (settings.get("cv_folds") or 0) > 1 else []), "",
         *table_lines(rows), "",
         f"![{'test accuracy' if bench.metric == DEFAULT_METRIC else metric_label(rows)} per row]({png_path.name})",
         "",
