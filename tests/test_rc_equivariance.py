@@ -35,10 +35,11 @@ def randomize(model: torch.nn.Module, seed: int = 0, std: float = 0.3) -> None:
 
 
 def make(mode: str, time_conditioning: bool, seed: int = 0, local_conv: int = 0,
-         local_conv_mlp: bool = False) -> torch.nn.Module:
+         local_conv_mlp: bool = False, kmer_sizes: tuple[int, ...] = ()) -> torch.nn.Module:
     cfg = from_dict(ModelConfig, {"preset": "test", "max_seq_len": 32, "time_conditioning": time_conditioning,
                                   "rc_equivariant": mode, "local_conv": local_conv,
-                                  "local_conv_mlp": local_conv_mlp})
+                                  "local_conv_mlp": local_conv_mlp, "kmer_sizes": list(kmer_sizes),
+                                  "kmer_buckets": 4096})
     model = build_backbone(cfg, TOK.vocab_size, causal=False, complement_ids=COMP).double().eval()
     randomize(model, seed)
     return model
@@ -93,10 +94,12 @@ def test_complement_map_fixes_specials_and_is_an_involution():
 # 2. logits and hidden states ----------------------------------------------------------------------------
 
 @pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("time_conditioning,local_conv", [(False, 0), (True, 0), (False, 3), (True, "3+mlp")])
+@pytest.mark.parametrize("time_conditioning,local", [(False, {}), (True, {}), (False, {"local_conv": 3}),
+                                                     (True, {"local_conv": 3, "local_conv_mlp": True}),
+                                                     (True, {"kmer_sizes": (2, 3)})])  # k-mers: even k is one-sided
 @pytest.mark.parametrize("padded", [False, True])
-def test_logits_and_hidden_states_are_equivariant(mode, time_conditioning, padded, local_conv):
-    model = make(mode, time_conditioning, local_conv=int(str(local_conv)[0]), local_conv_mlp="mlp" in str(local_conv))
+def test_logits_and_hidden_states_are_equivariant(mode, time_conditioning, padded, local):
+    model = make(mode, time_conditioning, **local)
     ids, mask = batch(padded)
     sigma = noise(time_conditioning)
     assert logits_error(model, ids, mask, sigma) < LOGIT_TOL
