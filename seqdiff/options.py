@@ -185,6 +185,9 @@ class ProbeOptions:
     """Keep both strands' features side by side (an RC-equivariant model: both strands' states, not their mean)."""
     pool: Literal["mean", "flatten"] = "mean"
     """Frozen probe and fine-tuning head: mean over real positions, or every position's state side by side."""
+    mask_stride: int = 0
+    """K >= 2: read each base's features from a pass where it is masked (K passes, every K-th base masked in each):
+    where an MDLM denoiser predicts; its upper layers are untrained at unmasked positions. 0: the clean sequence."""
     skip: list[PROBE_SKIPS] = field(default_factory=list)
     """Rows to leave out: frozen, finetune, random, kmer, cnn, checkpoints (the checkpoints' own rows)."""
     out: str = "reports/probes"
@@ -204,6 +207,9 @@ class ProbeOptions:
             value = getattr(self, key)
             if value is not None and value < 1:
                 raise ConfigError(f"probe.{key} must be >= 1, got {value}")
+        if self.mask_stride < 0 or self.mask_stride == 1:
+            raise ConfigError(f"probe.mask_stride takes 0 (read the clean sequence) or K >= 2 passes, got "
+                              f"{self.mask_stride}")
         if self.cv_folds < 0 or self.cv_folds == 1:
             raise ConfigError(f"probe.cv_folds takes 0 (choose on the 90/10 split) or a number of folds >= 2, "
                               f"got {self.cv_folds}")

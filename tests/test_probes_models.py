@@ -398,11 +398,15 @@ def test_probe_command_small_data_check(dna_run, tmp_path, capsys):
     table.write_text("sequence,label\n" + "".join(f"{s},{'gc' if y else 'at'}\n" for s, y in zip(seqs, labels)))
     out = tmp_path / "reports"
     assert main(["probe", str(dna_run / "mdlm"), "--benchmark", str(table), "--seeds", "2", "--train-size", "20",
-                 "--cv-folds", "3", "--skip", "finetune", "cnn", "random", "--out", str(out)]) == 0
+                 "--cv-folds", "3", "--mask-stride", "4", "--skip", "cnn", "random", "--epochs", "1",
+                 "--out", str(out)]) == 0
     report = json.loads((out / "toy.json").read_text())
     assert report["settings"]["train_size"] == 20 and report["settings"]["cv_folds"] == 3
+    assert report["settings"]["mask_stride"] == 4 and report["rows"][0]["mask_stride"] == 4
+    assert [r["probe"] for r in report["rows"]] == ["frozen", "kmer", "finetune"]  # fine-tuning reads masked too
     md = (out / "toy.md").read_text()
     assert "small-data check: each seed draws 20 training sequences" in md and "3-fold cross-validation" in md
+    assert "masked reading: each base's features come from one of 4 passes" in md
     # more folds than a class has sequences, and one fold: refused before any report is written
     assert main(["probe", str(dna_run / "mdlm"), "--benchmark", str(table), "--train-size", "20",
                  "--cv-folds", "11", "--out", str(tmp_path / "none")]) == 2
@@ -504,6 +508,53 @@ def test_flatten_pooling_keeps_positions_and_zeroes_padding():
         BackboneEncoder(model, TOK.complement_ids, pool="flatten")
     with pytest.raises(ProbeError, match="pooling 'max' is unknown"):
         BackboneEncoder(model, TOK.complement_ids, pool="max")
+
+
+@pytest.mark.parametrize("rc_average", [False, True])
+@pytest.mark.parametrize("layer", [None, 1, "all"])
+def test_masked_reading_takes_each_position_from_the_pass_that_masked_it(layer, rc_average):
+    """mask_stride K, brute force: position i's states are those of the sequence with every real position
+    j = i (mod K) replaced by MASK, read at i; padding stays padding and zero; every layer and both strands."""
+    model = backbone(False, n_layers=2)
+    seqs, K, L = ["ACGTACGTAA", "GGCCA", "TTTTGCA"], 3, 10
+    enc = BackboneEncoder(model, TOK.complement_ids, layer=None if layer == "all" else layer, pool="flatten",
+                          length=L, all_layers=layer == "all", mask_stride=K, mask_id=TOK.mask_id,
+                          rc_average=rc_average)
+    out = embed_sequences(enc, TOK, seqs).reshape(3, -1, L, 32)  # (N, layers, L, H)
+    layers = [0, 1, None] if layer == "all" else [layer]
+
+    def brute(ids, mask):  # (layers, B, L, H): each position from its own masked copy of the input
+        want = torch.zeros(len(layers), *ids.shape, 32)
+        for i in range(L):
+            masked = torch.where(((torch.arange(L) % K) == i % K)[None] & mask, TOK.mask_id, ids)
+            for n, lay in enumerate(layers):
+                want[n, :, i] = model.hidden_states(masked, attention_mask=mask, layer=lay)[:, i]
+        return want * mask[None, :, :, None]
+
+    ids, mask = encode_batch(TOK, seqs, L)
+    with torch.no_grad():
+        want = brute(ids, mask)
+        if rc_average:  # the other strand, masked by its own phase, flipped back to this strand's positions
+            rc_ids = TOK.complement_ids[ids].flip(-1)
+            want = 0.5 * (want + brute(rc_ids, mask.flip(-1)).flip(2))
+    np.testing.assert_allclose(out, want.permute(1, 0, 2, 3).numpy(), atol=1e-5, rtol=1e-5)
+    clean = embed_sequences(BackboneEncoder(model, TOK.complement_ids, pool="flatten", length=L), TOK, seqs)
+    assert not np.allclose(out[:, -1].reshape(3, -1), clean, atol=1e-3)  # the reading does change the features
+    with pytest.raises(ProbeError, match="give the tokenizer's mask_id"):
+        BackboneEncoder(model, TOK.complement_ids, mask_stride=K)
+    with pytest.raises(ProbeError, match="mask_stride takes 0"):
+        BackboneEncoder(model, TOK.complement_ids, mask_stride=1, mask_id=TOK.mask_id)
+
+
+def test_masked_reading_refuses_causal_and_time_conditioned_backbones():
+    from seqdiff.probes.protocol import ProbeConfig, ProbeModel, check_masked_reading
+
+    config = ProbeConfig(mask_stride=4)
+    for model, why in ((backbone(True), "is causal and never saw a mask"),
+                       (backbone(False, time_conditioning=True), "a time-conditioned backbone")):
+        with pytest.raises(ProbeError, match=why):
+            check_masked_reading(ProbeModel("m", model, TOK, "x", 0, ""), config)
+    check_masked_reading(ProbeModel("m", backbone(False), TOK, "mdlm", 0, ""), config)
 
 
 def test_skip_checkpoints_keeps_only_the_random_init_rows(dna_run, tmp_path):

@@ -4,6 +4,12 @@
 Padding never enters the mean (the mask weights it out) and, through the attention mask, never changes
 the real positions' states, so a sequence's embedding does not depend on what it is batched with.
 A time-conditioned backbone (e.g. SEDD) is read at noise level 0: the probe sees clean sequences.
+
+`mask_stride` K reads each position where it is masked instead: K passes, pass j masking every K-th real
+position from j, and position i's states taken from the pass that masked it. Why: an MDLM denoiser (SUBS)
+copies unmasked tokens to its output, so no loss ever trains its upper layers at unmasked positions, and a
+clean sequence is a mask rate (0) it never trains on; at a masked position, with 1 - 1/K of the context
+visible, its states are what it learned to predict from. Costs K forward passes.
 With `rc_average`, the embedding is the mean of the sequence's and its reverse complement's
 (the post-hoc strand symmetrization of Caduceus-Ph, applied to features). The reverse complement's states
 are flipped back along the sequence first, so that position i of both strands is the same base pair: for the
@@ -67,8 +73,13 @@ class BackboneEncoder(nn.Module):
 
     def __init__(self, backbone: nn.Module, complement_ids: Tensor, layer: int | None = None,
                  rc_average: bool = False, all_layers: bool = False, pool: str = "mean",
-                 length: int | None = None, concat_layers: bool = False, rc_both: bool = False) -> None:
+                 length: int | None = None, concat_layers: bool = False, rc_both: bool = False,
+                 mask_stride: int = 0, mask_id: int | None = None) -> None:
         super().__init__()
+        if mask_stride and mask_id is None:
+            raise ProbeError("mask_stride reads the states of masked positions: give the tokenizer's mask_id")
+        if mask_stride == 1 or mask_stride < 0:
+            raise ProbeError(f"mask_stride takes 0 (read the clean sequence) or K >= 2 passes, got {mask_stride}")
         if rc_average and rc_both:
             raise ProbeError("rc_average and rc_both exclude each other: average the two strands or keep both")
         if pool not in POOLINGS:
@@ -94,42 +105,64 @@ class BackboneEncoder(nn.Module):
         if rc_both:
             self.out_features *= 2
         self.time_conditioned = bool(backbone.config.time_conditioning)
+        if mask_stride and self.time_conditioned:
+            raise ProbeError("mask_stride on a time-conditioned backbone would need the noise level of a 1/K mask "
+                             "rate, which the probe does not know; read it clean (mask_stride 0)")
+        self.mask_stride = mask_stride
+        """K >= 2: read each position's states from a pass where it is masked (K passes, every K-th position
+        masked in each): where a masked-diffusion denoiser computes its predictions (module docstring)."""
+        self.mask_id = mask_id
 
-    def _pooled(self, ids: Tensor, mask: Tensor, flip_back: bool = False) -> Tensor:
-        """Pooled states of one layer; with `flip_back`, the states (and mask) are reversed along the sequence
-        before pooling (for the reverse-complement strand, whose position i is the base pair L - 1 - i)."""
+    def _forward_states(self, ids: Tensor, mask: Tensor) -> list[Tensor]:
+        """One pass: [(B, L, H) of the layer asked for], or with `all_layers` every candidate layer: the token
+        embeddings, the outputs of blocks 1 .. n_layers - 1 and the final output (captured with forward hooks).
+        Both strands of an RC-equivariant backbone with rc_both: 2H features."""
         noise = torch.zeros(ids.shape[0], device=ids.device) if self.time_conditioned else None
         attention_mask = None if bool(mask.all()) else mask  # full rows: the fast attention path
         states = self.backbone.strand_hidden_states if self.strand_states else self.backbone.hidden_states
-        hidden = states(ids, noise, attention_mask, layer=self.layer)  # (B, L, H); both strands: (B, L, 2H)
-        return self.pool(*_flipped(hidden.float(), mask, flip_back))
-
-    def _pooled_layers(self, ids: Tensor, mask: Tensor, flip_back: bool = False) -> Tensor:
-        """Every candidate layer in one pass: (B, n_layers + 1, H) = token embeddings, the outputs of blocks
-        1 .. n_layers - 1, and the final output; captured with forward hooks."""
+        if not self.all_layers:
+            return [states(ids, noise, attention_mask, layer=self.layer)]
         captured: list[Tensor] = []
         modules = [self.backbone.embed, *self.backbone.blocks[:-1]]
         hooks = [m.register_forward_hook(lambda module, args, out: captured.append(out)) for m in modules]
         try:
-            saved, self.layer = self.layer, None
-            final = self._pooled(ids, mask, flip_back)
+            final = states(ids, noise, attention_mask)
         finally:
-            self.layer = saved
             for h in hooks:
                 h.remove()
         # an RC-equivariant backbone hooks 2B rows: averaged, or side by side with rc_both
         combine = getattr(self.backbone, "pair_strands" if self.strand_states else "combine_strands", None)
         if combine is not None:
             captured = [combine(h) for h in captured]
-        return torch.stack([*(self.pool(*_flipped(h.float(), mask, flip_back)) for h in captured), final], dim=1)
+        return [*captured, final]
+
+    def _states(self, ids: Tensor, mask: Tensor) -> list[Tensor]:
+        """`_forward_states`; with `mask_stride` K, K passes, pass j masking the real positions j, j + K, ...,
+        and each position's states taken from the pass that masked it."""
+        if not self.mask_stride:
+            return self._forward_states(ids, mask)
+        phase = torch.arange(ids.shape[1], device=ids.device) % self.mask_stride
+        out: list[Tensor] = []
+        for j in range(self.mask_stride):
+            masked = (phase == j)[None] & mask
+            states = self._forward_states(torch.where(masked, self.mask_id, ids), mask)
+            pick = (phase == j)[None, :, None]
+            out = states if not out else [torch.where(pick, new, old) for new, old in zip(states, out)]
+        return out
+
+    def _pooled(self, ids: Tensor, mask: Tensor, flip_back: bool = False) -> Tensor:
+        """Pooled states: (B, F) of one layer, or (B, n_layers + 1, F) with `all_layers`; with `flip_back`, the
+        states (and mask) are reversed along the sequence before pooling (for the reverse-complement strand,
+        whose position i is the base pair L - 1 - i)."""
+        pooled = [self.pool(*_flipped(h.float(), mask, flip_back)) for h in self._states(ids, mask)]
+        return torch.stack(pooled, dim=1) if self.all_layers else pooled[0]
 
     def forward(self, ids: Tensor, mask: Tensor) -> Tensor:
-        """(B, H); with `all_layers`, (B, n_layers + 1, H) (see `_pooled_layers`)."""
-        pool = self._pooled_layers if self.all_layers else self._pooled
-        pooled = pool(ids, mask)
+        """(B, H); with `all_layers`, (B, n_layers + 1, H) (see `_forward_states`)."""
+        pooled = self._pooled(ids, mask)
         if self.rc_average or (self.rc_both and not self.strand_states):  # RC(x) through a plain backbone
             rc_ids = self.complement_ids[ids].flip(-1)  # PAD maps to PAD, so padding moves to the left
-            other = pool(rc_ids, mask.flip(-1), flip_back=True)
+            other = self._pooled(rc_ids, mask.flip(-1), flip_back=True)
             pooled = 0.5 * (pooled + other) if self.rc_average else torch.cat([pooled, other], dim=-1)
         return pooled.flatten(1) if self.concat_layers else pooled
 

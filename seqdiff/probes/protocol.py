@@ -80,6 +80,9 @@ class ProbeConfig:
     train_size: int | None = None
     """Small-data check: each seed first draws this many training sequences (stratified, its own draw), then
     splits them 90/10; the test set is unchanged. None: the whole training set."""
+    mask_stride: int = 0
+    """K >= 2: read each position's states from a pass where it is masked (K passes; seqdiff.probes.embeddings),
+    for the frozen and fine-tuned rows alike; 0: the clean sequence."""
     cv_folds: int = 0
     """> 1: the linear rows (frozen, k-mer) choose C, the layer and k by stratified K-fold cross-validation over
     the seed's train and validation rows pooled, then refit on all of them (seqdiff.probes.linear; for small data
@@ -161,9 +164,10 @@ def _frozen_features(model: ProbeModel, split: Split, config: ProbeConfig) -> di
     length = max(len(s) for seqs in split.sequences().values() for s in seqs)  # the same for every seed
     encoder = BackboneEncoder(model.backbone, model.tokenizer.complement_ids, None if best else config.layer,
                               config.rc_average, all_layers=best, pool=config.pool, length=length,
-                              rc_both=config.rc_both)
+                              rc_both=config.rc_both, **_masked_reading(model, config))
     # a frozen backbone embeds a sequence the same way for every seed: embed each distinct sequence once
-    cache = _EMBEDDINGS.setdefault((model.backbone, config.layer, config.rc_average, config.rc_both, config.pool), {})
+    cache = _EMBEDDINGS.setdefault((model.backbone, config.layer, config.rc_average, config.rc_both, config.pool,
+                                    config.mask_stride), {})
     missing = sorted({s for seqs in split.sequences().values() for s in seqs} - cache.keys())
     if missing:
         vectors = embed_sequences(encoder, model.tokenizer, missing, device=config.device)
@@ -172,8 +176,25 @@ def _frozen_features(model: ProbeModel, split: Split, config: ProbeConfig) -> di
 
 
 _EMBEDDINGS: dict[tuple, dict[str, np.ndarray]] = {}
-"""Frozen embeddings by (backbone (hashed by identity, kept alive), layer, rc_average, rc_both, pool) and sequence;
-cleared after each row."""
+"""Frozen embeddings by (backbone (hashed by identity, kept alive), layer, rc_average, rc_both, pool, mask_stride)
+and sequence; cleared after each row."""
+
+
+def check_masked_reading(model: ProbeModel, config: ProbeConfig) -> None:
+    """mask_stride needs a backbone trained on masked input without a noise input: refused otherwise."""
+    if not config.mask_stride:
+        return
+    if model.backbone.causal:
+        raise ProbeError(f"probe.mask_stride reads states at masked positions; {model.name} is causal and never saw a "
+                         "mask in training: probe it without mask_stride")
+    if model.backbone.config.time_conditioning:
+        raise ProbeError(f"probe.mask_stride on {model.name}, a time-conditioned backbone, would need the noise level "
+                         "of a 1/K mask rate, which the probe does not know: probe it without mask_stride")
+
+
+def _masked_reading(model: ProbeModel, config: ProbeConfig) -> dict[str, Any]:
+    """BackboneEncoder's mask_stride / mask_id (nothing without a stride)."""
+    return {"mask_stride": config.mask_stride, "mask_id": model.tokenizer.mask_id} if config.mask_stride else {}
 
 
 def _tensors(tokenizer, split: Split, length: int | None = None) -> dict[str, tuple]:
@@ -189,7 +210,7 @@ def _finetune(model: ProbeModel, split: Split, seed: int, config: ProbeConfig):
     encoder = BackboneEncoder(copy.deepcopy(model.backbone).train(), model.tokenizer.complement_ids,
                               None if config.layer in ALL_LAYER_MODES else config.layer, config.rc_average,
                               pool=config.pool, length=length, concat_layers=config.layer == CONCAT_LAYER,
-                              rc_both=config.rc_both)
+                              rc_both=config.rc_both, **_masked_reading(model, config))
     n_classes = int(split.train.labels.max()) + 1
     tensors = _tensors(model.tokenizer, split, length if config.pool == "flatten" else None)
     val, pred, epoch = finetune_predict(encoder, n_classes, tensors, config.finetune, seed,
@@ -309,7 +330,7 @@ def run_row(kind: str, model: ProbeModel | None, bench: Benchmark, config: Probe
                     f"test_{bench.metric}_max": float(scores.max()), f"test_{bench.metric}": headline})
     if kind == "frozen":
         row.update({"layer": config.layer, "rc_average": config.rc_average, "rc_both": config.rc_both,
-                    "pool": config.pool})
+                    "pool": config.pool, "mask_stride": config.mask_stride})
     return row
 
 
@@ -326,6 +347,8 @@ def run_protocol(bench: Benchmark, models: list[ProbeModel], config: ProbeConfig
                                                                                      "checkpoints"})
     if unknown:
         raise ProbeError(f"unknown probe or baseline {unknown}; probes: frozen, finetune; baselines: random, kmer, cnn")
+    for model in models:  # before any row runs (and any report is written)
+        check_masked_reading(model, config)
     if "random" in baselines and not models:
         raise ProbeError("the random-init baseline copies a checkpoint's architecture: give at least one checkpoint")
     plan: list[tuple[str, ProbeModel | None, ProbeModel | None]] = []  # (kind, model, random init of)

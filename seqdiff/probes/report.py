@@ -162,7 +162,10 @@ def write_report(out_dir: str | Path, bench, rows: list[dict[str, Any]], command
         *([f"- the frozen and k-mer rows chose C, the layer and k by {settings['cv_folds']}-fold cross-validation "
            "over each seed's train and validation rows pooled, then refit on all of them (their 'val' is the mean "
            "fold accuracy); the fine-tuned and CNN rows chose on the 90/10 split"]
-          if (settings.get("cv_folds") or 0) > 1 else []), "",
+          if (settings.get("cv_folds") or 0) > 1 else []),
+        *([f"- masked reading: each base's features come from one of {settings['mask_stride']} passes, the one "
+           f"that masked it (every {settings['mask_stride']}th base masked per pass)"]
+          if (settings.get("mask_stride") or 0) > 1 else []), "",
         *table_lines(rows), "",
         f"![{'test accuracy' if bench.metric == DEFAULT_METRIC else metric_label(rows)} per row]({png_path.name})",
         "",
