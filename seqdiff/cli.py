@@ -347,7 +347,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
     if o.cv_folds > 1:
         check_folds(pool, o.cv_folds)
     probes = tuple(p for p in ("frozen", "finetune") if p not in o.skip)
-    baselines = tuple(b for b in ("random", "kmer", "cnn") if b not in o.skip and (b != "random" or models))
+    baselines = tuple(b for b in ("random", "kmer", "onehot", "cnn") if b not in o.skip and (b != "random" or models))
     baselines += ("checkpoints",) if "checkpoints" in o.skip else ()
     print(f"{bench.name}: {len(bench.train)} train, {len(bench.test)} test, classes {bench.classes}", file=sys.stderr)
     settings = {"seeds": o.seeds, "finetune_seeds": o.finetune_seeds or o.seeds, "train_size": o.train_size,

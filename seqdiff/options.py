@@ -140,7 +140,7 @@ class EvalOptions:
         return [tuple(s.split(":", 1)) for s in self.sources]  # type: ignore[misc]
 
 
-PROBE_SKIPS = Literal["frozen", "finetune", "random", "kmer", "cnn", "checkpoints"]
+PROBE_SKIPS = Literal["frozen", "finetune", "random", "kmer", "onehot", "cnn", "checkpoints"]
 
 
 @dataclass
@@ -160,8 +160,8 @@ class ProbeOptions:
     """Small-data check: each seed draws this many training sequences (stratified) before its 90/10 split; the
     test set is unchanged. Default: the whole training set."""
     cv_folds: int = 0
-    """> 1: the frozen and k-mer rows choose C (and layer, k) by K-fold cross-validation over each seed's train and
-    validation rows, then refit on all of them (small data sets); fine-tuned and CNN rows keep the 90/10 split."""
+    """> 1: the frozen, k-mer and one-hot rows choose C (and layer, k) by K-fold cross-validation over each seed's
+    train and validation rows, then refit on all of them (small data sets); fine-tuned and CNN rows keep 90/10."""
     finetune_seeds: int | None = None
     """Seeds for the trained rows (default: seeds)."""
     epochs: int = 3
@@ -189,7 +189,7 @@ class ProbeOptions:
     """K >= 2: read each base's features from a pass where it is masked (K passes, every K-th base masked in each):
     where an MDLM denoiser predicts; its upper layers are untrained at unmasked positions. 0: the clean sequence."""
     skip: list[PROBE_SKIPS] = field(default_factory=list)
-    """Rows to leave out: frozen, finetune, random, kmer, cnn, checkpoints (the checkpoints' own rows)."""
+    """Rows to leave out: frozen, finetune, random, kmer, onehot, cnn, checkpoints (the checkpoints' own rows)."""
     out: str = "reports/probes"
     """Report folder (writes NAME.json and NAME.md)."""
     device: str = "cpu"

@@ -16,7 +16,7 @@ from seqdiff.probes.cnn import GenomicBenchmarksCNN, flatten_size
 from seqdiff.probes.data import ProbeError
 from seqdiff.probes.embeddings import BackboneEncoder, embed_sequences, encode_batch, masked_mean
 from seqdiff.probes.finetune import FinetuneConfig, finetune, finetune_predict
-from seqdiff.probes.linear import C_GRID, accuracy, all_kmers, fit_logistic, kmer_counts
+from seqdiff.probes.linear import C_GRID, accuracy, all_kmers, fit_kmer, fit_logistic, kmer_counts
 from seqdiff.tokenizers import NucleotideTokenizer
 
 TOK = NucleotideTokenizer()
@@ -152,6 +152,38 @@ def test_kmer_counts_brute_force():
             want = Counter(windows)
             expected = np.array([want[m] / max(1, len(windows)) for m in names])
             np.testing.assert_allclose(row, expected, atol=1e-7)
+
+
+def test_onehot_features_brute_force_and_a_positional_signal():
+    """Column 4 i + code of the base at i (A, C, G, T = 0..3); N and padding are zero rows. A class that only
+    differs in which base sits at one offset (same composition) is read by the one-hot probe, not by k-mer counts."""
+    from seqdiff.probes.linear import fit_onehot, onehot_features
+
+    feats = onehot_features(["ACgN", "T"], 5).reshape(2, 5, 4)
+    want = np.zeros((2, 5, 4), dtype=np.float32)
+    for i, seq in enumerate(["ACGN", "T"]):
+        for pos, base in enumerate(seq):
+            if base in "ACGT":
+                want[i, pos, "ACGT".index(base)] = 1.0
+    np.testing.assert_array_equal(feats, want)
+    with pytest.raises(ProbeError, match="more than the one-hot length 2"):
+        onehot_features(["ACG"], 2)
+    rng = np.random.default_rng(0)
+
+    def draw(n):  # a shuffled composition, with the label deciding whether an A or a T sits at offset 7
+        labels = rng.integers(0, 2, n)
+        seqs = []
+        for y in labels:
+            bases = list(rng.permutation(list("AAAAATTTTTCCCCCGGGGG")))
+            j = bases.index("A" if y else "T")
+            bases[7], bases[j] = bases[j], bases[7]
+            seqs.append("".join(bases))
+        return seqs, labels
+
+    data = {split: draw(n) for split, n in (("train", 80), ("val", 40), ("test", 100))}
+    seqs, labels = {k: v[0] for k, v in data.items()}, {k: v[1] for k, v in data.items()}
+    assert fit_onehot(seqs, labels, seed=0).test_accuracy == 1.0
+    assert fit_kmer(seqs, labels, seed=0, sizes=(1,)).test_accuracy < 0.75  # same composition: no signal
 
 
 def test_logistic_regression_keeps_the_c_best_on_validation():
@@ -375,10 +407,10 @@ def test_probe_command_end_to_end(dna_run, tmp_path, capsys):
     printed = capsys.readouterr().out
     report = json.loads((out / "toy.json").read_text())
     kinds = [(r["probe"], r["pretrained"]) for r in report["rows"]]
-    assert kinds == [("frozen", True), ("frozen", False), ("kmer", None), ("cnn", None), ("finetune", True),
-                     ("finetune", False)]  # the costliest rows last
+    assert kinds == [("frozen", True), ("frozen", False), ("kmer", None), ("onehot", None), ("cnn", None),
+                     ("finetune", True), ("finetune", False)]  # the costliest rows last
     frozen = report["rows"][0]
-    assert frozen["seeds"] == 2 and len(frozen["test_accuracy"]) == 2 and report["rows"][4]["seeds"] == 1
+    assert frozen["seeds"] == 2 and len(frozen["test_accuracy"]) == 2 and report["rows"][5]["seeds"] == 1
     assert frozen["context"] == 64 and frozen["truncated_sequences"] == 80  # every sequence (70 > 64)
     assert frozen["test_accuracy_min"] <= frozen["test_accuracy_mean"] <= frozen["test_accuracy_max"]
     assert all(choice["layer"] in (0, 1, "final") for choice in frozen["selected"])  # test preset: 2 layers
@@ -387,7 +419,7 @@ def test_probe_command_end_to_end(dna_run, tmp_path, capsys):
     md = (out / "toy.md").read_text()
     assert md.startswith("# Probes on toy") and "seqdiff probe " in md and "| k-mer" in md
     assert "test accuracy % mean" in printed
-    assert (out / "toy.png").stat().st_size > 1000 and len(report["goals"]) == 3
+    assert (out / "toy.png").stat().st_size > 1000 and len(report["goals"]) == 4  # random, k-mer, one-hot, tuned
 
 
 def test_probe_command_small_data_check(dna_run, tmp_path, capsys):
@@ -403,7 +435,7 @@ def test_probe_command_small_data_check(dna_run, tmp_path, capsys):
     report = json.loads((out / "toy.json").read_text())
     assert report["settings"]["train_size"] == 20 and report["settings"]["cv_folds"] == 3
     assert report["settings"]["mask_stride"] == 4 and report["rows"][0]["mask_stride"] == 4
-    assert [r["probe"] for r in report["rows"]] == ["frozen", "kmer", "finetune"]  # fine-tuning reads masked too
+    assert [r["probe"] for r in report["rows"]] == ["frozen", "kmer", "onehot", "finetune"]  # fine-tuning: masked too
     md = (out / "toy.md").read_text()
     assert "small-data check: each seed draws 20 training sequences" in md and "3-fold cross-validation" in md
     assert "masked reading: each base's features come from one of 4 passes" in md
@@ -564,7 +596,7 @@ def test_skip_checkpoints_keeps_only_the_random_init_rows(dna_run, tmp_path):
     table = tmp_path / "toy2.tsv"
     table.write_text("seq\tlabel\n" + "".join(f"{s}\t{y}\n" for s, y in zip(seqs, labels)))
     assert main(["probe", str(dna_run / "mdlm"), "--benchmark", str(table), "--seeds", "1", "--skip", "finetune",
-                 "kmer", "cnn", "checkpoints", "--pool", "flatten", "--out", str(tmp_path)]) == 0
+                 "kmer", "onehot", "cnn", "checkpoints", "--pool", "flatten", "--out", str(tmp_path)]) == 0
     rows = json.loads((tmp_path / "toy2.json").read_text())["rows"]
     assert [(r["probe"], r["pretrained"], r["pool"]) for r in rows] == [("frozen", False, "flatten")]
 

@@ -265,7 +265,7 @@ def test_probe_command_on_an_nt_task(dna_run, tmp_path, capsys):
     report = json.loads((out / "nt_H3.json").read_text())  # the slash of nt/H3 is not a folder
     assert report["benchmark"] == "nt/H3" and report["metric"] == "mcc" and "mcc on the test set" in report["protocol"]
     assert [(r["probe"], r["pretrained"]) for r in report["rows"]] == [("frozen", True), ("frozen", False),
-                                                                      ("kmer", None)]
+                                                                      ("kmer", None), ("onehot", None)]
     frozen = report["rows"][0]
     assert frozen["context"] == 64 and frozen["truncated_sequences"] == 60
     assert len(frozen["test_mcc"]) == len(frozen["test_accuracy"]) == 2  # accuracy still recorded

@@ -11,7 +11,7 @@ changes): within the solver's tolerance (tested). The coefficients are mapped ba
 fitted model reads the full features as before; each fit works in r dimensions instead of F.
 
 k-mer count features (k = 3..6) live here too: the classic alignment-free baseline, with k chosen on
-validation alongside C.
+validation alongside C; and position-wise one-hot bases, the classic baseline for aligned sequences.
 
 Small data sets (`folds` > 1): with a hundred training sequences a 10% validation split is ten sequences, and
 the choice of C (or k, or the layer) made on them is mostly noise. Then the training and validation rows are
@@ -185,6 +185,29 @@ def fit_kmer(sequences: dict[str, Sequence[str]], labels: dict[str, np.ndarray],
         if best is None or result.val_accuracy > best.val_accuracy:
             best = Selected(result.val_accuracy, result.test_accuracy, {"k": k, **result.choice}, result.test_pred)
     return best
+
+
+def onehot_features(sequences: Sequence[str], length: int) -> np.ndarray:
+    """(N, length * 4) float32: which of A, C, G, T sits at each position (column 4 i + base code), zeros for N,
+    other codes and the positions past a sequence's end (shorter sequences are right-padded)."""
+    out = np.zeros((len(sequences), length, 4), dtype=np.float32)
+    for i, seq in enumerate(sequences):
+        if len(seq) > length:
+            raise ProbeError(f"sequence {i} has {len(seq)} bases, more than the one-hot length {length}")
+        codes = _BASE_CODE[np.frombuffer(seq.encode("ascii"), dtype=np.uint8)]
+        real = np.flatnonzero(codes >= 0)
+        out[i, real, codes[real]] = 1.0
+    return out.reshape(len(sequences), length * 4)
+
+
+def fit_onehot(sequences: dict[str, Sequence[str]], labels: dict[str, np.ndarray], seed: int,
+               c_grid: Sequence[float] = C_GRID, folds: int = 0) -> Selected:
+    """Position-wise one-hot bases + logistic regression, C chosen on validation (or by `folds`-fold
+    cross-validation): the linear model of which base sits where, the classic baseline for aligned, fixed-length
+    sequences such as splice junctions (a frozen probe of a network's token embeddings reads the same thing)."""
+    length = max(len(s) for seqs in sequences.values() for s in seqs)
+    feats = {split: onehot_features(seqs, length) for split, seqs in sequences.items()}
+    return fit_logistic(feats, labels, seed, c_grid, folds)
 
 
 def all_kmers(k: int) -> list[str]:

@@ -11,6 +11,7 @@ Rows (the `PROBES` registry, one function per kind of row):
 - `frozen`    a checkpoint's backbone, frozen; mean-pooled embeddings -> logistic regression
 - `finetune`  the same backbone + a linear head, trained end to end (Lightning)
 - `kmer`      k-mer frequencies (k = 3..6) -> logistic regression
+- `onehot`    which base sits at each position (one-hot, flattened) -> logistic regression
 - `cnn`       the Genomic Benchmarks CNN, trained from scratch
 A randomly initialized copy of the first checkpoint's backbone (same config) gets `frozen` and `finetune`
 rows too, to show what pretraining adds.
@@ -43,7 +44,7 @@ from seqdiff.probes.data import (
 )
 from seqdiff.probes.embeddings import BackboneEncoder, embed_sequences, encode_batch
 from seqdiff.probes.finetune import FinetuneConfig, finetune_predict
-from seqdiff.probes.linear import Selected, accuracy, fit_kmer, fit_logistic
+from seqdiff.probes.linear import Selected, accuracy, fit_kmer, fit_logistic, fit_onehot
 from seqdiff.probes.metrics import score
 from seqdiff.tokenizers.nucleotide import NucleotideTokenizer
 
@@ -84,8 +85,8 @@ class ProbeConfig:
     """K >= 2: read each position's states from a pass where it is masked (K passes; seqdiff.probes.embeddings),
     for the frozen and fine-tuned rows alike; 0: the clean sequence."""
     cv_folds: int = 0
-    """> 1: the linear rows (frozen, k-mer) choose C, the layer and k by stratified K-fold cross-validation over
-    the seed's train and validation rows pooled, then refit on all of them (seqdiff.probes.linear; for small data
+    """> 1: the linear rows (frozen, k-mer, one-hot) choose C, the layer and k by stratified K-fold cross-validation
+    over the seed's train and validation rows pooled, then refit on all of them (seqdiff.probes.linear; for small data
     sets, where 10% is a handful of sequences). The trained rows (fine-tune, CNN) keep the 90/10 split, which
     their epoch choice needs. 0: every row chooses on the 90/10 split."""
     device: str = "cpu"
@@ -226,6 +227,10 @@ def _kmer(model: ProbeModel | None, split: Split, seed: int, config: ProbeConfig
     return fit_kmer(split.sequences(), split.labels(), seed, folds=config.cv_folds)
 
 
+def _onehot(model: ProbeModel | None, split: Split, seed: int, config: ProbeConfig):
+    return fit_onehot(split.sequences(), split.labels(), seed, folds=config.cv_folds)
+
+
 def _cnn(model: ProbeModel | None, split: Split, seed: int, config: ProbeConfig):
     tokenizer = NucleotideTokenizer()
     length = max(len(s) for seqs in split.sequences().values() for s in seqs)
@@ -254,6 +259,7 @@ PROBES: dict[str, RowKind] = {
     "frozen": RowKind(_frozen, False, "frozen probe (mean pool + logistic regression)"),
     "finetune": RowKind(_finetune, True, "fine-tuned (backbone + linear head)"),
     "kmer": RowKind(_kmer, False, "k-mer (k=3..6) + logistic regression"),
+    "onehot": RowKind(_onehot, False, "one-hot bases by position + logistic regression"),
     "cnn": RowKind(_cnn, True, "Genomic Benchmarks CNN"),
 }
 
@@ -336,23 +342,24 @@ def run_row(kind: str, model: ProbeModel | None, bench: Benchmark, config: Probe
 
 def run_protocol(bench: Benchmark, models: list[ProbeModel], config: ProbeConfig,
                  probes: tuple[str, ...] = ("frozen", "finetune"),
-                 baselines: tuple[str, ...] = ("random", "kmer", "cnn"),
+                 baselines: tuple[str, ...] = ("random", "kmer", "onehot", "cnn"),
                  log: Callable[[str], None] = _stderr,
                  on_row: Callable[[list[dict[str, Any]], int], None] | None = None) -> list[dict[str, Any]]:
     """Every row: frozen probes (each model, then the random init of models[0]), the k-mer and CNN baselines,
     then the fine-tuned rows (the costliest last). `on_row(rows so far, total)` is called after each row, so a
     caller can write partial reports. "checkpoints" in `baselines` skips the checkpoints' own rows (they then
     only lend their architecture to the random-init baseline)."""
-    unknown = sorted(set(probes) - {"frozen", "finetune"}) + sorted(set(baselines) - {"random", "kmer", "cnn",
-                                                                                     "checkpoints"})
+    unknown = sorted(set(probes) - {"frozen", "finetune"}) + sorted(set(baselines) - {"random", "kmer", "onehot",
+                                                                                     "cnn", "checkpoints"})
     if unknown:
-        raise ProbeError(f"unknown probe or baseline {unknown}; probes: frozen, finetune; baselines: random, kmer, cnn")
+        raise ProbeError(f"unknown probe or baseline {unknown}; probes: frozen, finetune; baselines: random, kmer, "
+                         "onehot, cnn")
     for model in models:  # before any row runs (and any report is written)
         check_masked_reading(model, config)
     if "random" in baselines and not models:
         raise ProbeError("the random-init baseline copies a checkpoint's architecture: give at least one checkpoint")
     plan: list[tuple[str, ProbeModel | None, ProbeModel | None]] = []  # (kind, model, random init of)
-    for kind in ("frozen", "kmer", "cnn", "finetune"):
+    for kind in ("frozen", "kmer", "onehot", "cnn", "finetune"):
         if kind in probes:
             plan += [(kind, model, None) for model in models if "checkpoints" not in baselines]
             if "random" in baselines:
