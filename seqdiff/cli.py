@@ -337,7 +337,8 @@ def cmd_probe(args: argparse.Namespace) -> int:
     bench = load_benchmark(o.benchmark, data_dir=o.data_dir, test_file=o.test_file)
     config = ProbeConfig(seeds=o.seeds, finetune_seeds=o.finetune_seeds, layer=o.layer,
                          rc_average=o.rc_average, rc_both=o.rc_both, pool=o.pool, train_size=o.train_size,
-                         cv_folds=o.cv_folds, mask_stride=o.mask_stride, device=o.device)
+                         cv_folds=o.cv_folds, mask_stride=o.mask_stride,
+                         context_scales=tuple(o.context_scales), device=o.device)
     config.finetune = FinetuneConfig(epochs=o.epochs, lr=o.lr, head_epochs=o.head_epochs,
                                      encoder_lr_scale=o.encoder_lr_scale, head_init=o.head_init)
     config.cnn.epochs = o.cnn_epochs
@@ -351,7 +352,8 @@ def cmd_probe(args: argparse.Namespace) -> int:
     baselines += ("checkpoints",) if "checkpoints" in o.skip else ()
     print(f"{bench.name}: {len(bench.train)} train, {len(bench.test)} test, classes {bench.classes}", file=sys.stderr)
     settings = {"seeds": o.seeds, "finetune_seeds": o.finetune_seeds or o.seeds, "train_size": o.train_size,
-                "cv_folds": o.cv_folds, "mask_stride": o.mask_stride, "layer": o.layer,
+                "cv_folds": o.cv_folds, "mask_stride": o.mask_stride, "context_scales": o.context_scales,
+                "layer": o.layer,
                 "rc_average": o.rc_average, "rc_both": o.rc_both, "pool": o.pool, "finetune": vars(config.finetune),
                 "cnn": vars(config.cnn), "ema_weights": not o.no_ema}
     command = "seqdiff " + shlex.join(args.argv)

@@ -185,6 +185,9 @@ class ProbeOptions:
     """Keep both strands' features side by side (an RC-equivariant model: both strands' states, not their mean)."""
     pool: Literal["mean", "flatten"] = "mean"
     """Frozen probe and fine-tuning head: mean over real positions, or every position's state side by side."""
+    context_scales: list[float] = field(default_factory=list)
+    """With --layer concat: weights of the blocks' features against the token embeddings' to choose from, with C, on
+    validation (e.g. 0 0.1 0.3 1; 0 = the embeddings alone, 1 = the plain concatenation). Default: the plain one."""
     mask_stride: int = 0
     """K >= 2: read each base's features from a pass where it is masked (K passes, every K-th base masked in each):
     where an MDLM denoiser predicts; its upper layers are untrained at unmasked positions. 0: the clean sequence."""
@@ -210,6 +213,11 @@ class ProbeOptions:
         if self.mask_stride < 0 or self.mask_stride == 1:
             raise ConfigError(f"probe.mask_stride takes 0 (read the clean sequence) or K >= 2 passes, got "
                               f"{self.mask_stride}")
+        if self.context_scales and self.layer != "concat":
+            raise ConfigError("probe.context_scales weighs the blocks' features of a concatenation: it needs "
+                              "--layer concat")
+        if any(scale < 0 for scale in self.context_scales):
+            raise ConfigError(f"probe.context_scales must be >= 0, got {self.context_scales}")
         if self.cv_folds < 0 or self.cv_folds == 1:
             raise ConfigError(f"probe.cv_folds takes 0 (choose on the 90/10 split) or a number of folds >= 2, "
                               f"got {self.cv_folds}")

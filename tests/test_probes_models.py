@@ -231,6 +231,47 @@ def test_cross_validation_chooses_c_by_the_mean_fold_accuracy_and_refits_on_ever
     assert picked.test_accuracy == accuracy(refit.predict(scaler.transform(X["test"])), y["test"])
 
 
+@pytest.mark.parametrize("folds", [0, 3])
+def test_feature_weights_scale_standardized_features_and_zero_drops_them(folds):
+    """weights multiply the standardized features before the fit: brute force against sklearn on the weighted
+    columns; a weight of 0 is the fit without those features (ProbeConfig.context_scales' 0 = the embeddings
+    alone), with the exported model reading the standardized features."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.preprocessing import StandardScaler
+
+    from seqdiff.probes.linear import fit_logistic_model
+    from seqdiff.probes.protocol import context_weights
+
+    rng = np.random.default_rng(3)
+    X = {s: rng.normal(size=(n, 3, 4)) for s, n in (("train", 50), ("val", 20), ("test", 40))}
+    y = {s: (X[s][:, 0, 0] + 0.5 * X[s][:, 1, 2] + rng.normal(size=len(X[s])) > 0).astype(int) for s in X}
+    flat = {s: x.reshape(len(x), -1) for s, x in X.items()}
+    weights = context_weights((3, 4), 0.3)
+    assert weights.tolist() == [1.0] * 4 + [0.3] * 8
+    scaler, model, choice = fit_logistic_model(flat, y, seed=0, folds=folds, weights=weights)
+    rows = flat["train"] if not folds else np.concatenate([flat["train"], flat["val"]])
+    labels = y["train"] if not folds else np.concatenate([y["train"], y["val"]])
+    ref_scaler = StandardScaler().fit(rows)
+    ref = LogisticRegression(C=choice["C"], max_iter=2000).fit(ref_scaler.transform(rows) * weights, labels)
+    np.testing.assert_allclose(model.coef_, ref.coef_ * weights, atol=1e-3)
+    np.testing.assert_array_equal(model.predict(scaler.transform(flat["test"])),
+                                  ref.predict(ref_scaler.transform(flat["test"]) * weights))
+    only_embeddings = fit_logistic({s: x[:, 0] for s, x in X.items()}, y, seed=0, folds=folds)
+    dropped = fit_logistic(flat, y, seed=0, folds=folds, weights=context_weights((3, 4), 0.0))
+    assert dropped.choice == only_embeddings.choice and dropped.test_accuracy == only_embeddings.test_accuracy
+
+
+def test_context_scales_need_the_concatenation_and_are_not_negative():
+    from seqdiff.config import ConfigError
+    from seqdiff.options import ProbeOptions
+
+    with pytest.raises(ConfigError, match="needs --layer concat"):
+        ProbeOptions(benchmark="splice", context_scales=[0.0, 1.0])
+    with pytest.raises(ConfigError, match="must be >= 0"):
+        ProbeOptions(benchmark="splice", layer="concat", context_scales=[-1.0])
+    ProbeOptions(benchmark="splice", layer="concat", context_scales=[0.0, 0.3, 1.0])
+
+
 def test_cross_validation_refuses_a_class_smaller_than_the_folds():
     from seqdiff.probes.linear import cross_validated_accuracy
 
@@ -431,10 +472,12 @@ def test_probe_command_small_data_check(dna_run, tmp_path, capsys):
     out = tmp_path / "reports"
     assert main(["probe", str(dna_run / "mdlm"), "--benchmark", str(table), "--seeds", "2", "--train-size", "20",
                  "--cv-folds", "3", "--mask-stride", "4", "--skip", "cnn", "random", "--epochs", "1",
-                 "--out", str(out)]) == 0
+                 "--layer", "concat", "--context-scales", "0", "1", "--out", str(out)]) == 0
     report = json.loads((out / "toy.json").read_text())
     assert report["settings"]["train_size"] == 20 and report["settings"]["cv_folds"] == 3
     assert report["settings"]["mask_stride"] == 4 and report["rows"][0]["mask_stride"] == 4
+    assert report["rows"][0]["context_scales"] == [0.0, 1.0]
+    assert all(choice["context_scale"] in (0.0, 1.0) for choice in report["rows"][0]["selected"])
     assert [r["probe"] for r in report["rows"]] == ["frozen", "kmer", "onehot", "finetune"]  # fine-tuning: masked too
     md = (out / "toy.md").read_text()
     assert "small-data check: each seed draws 20 training sequences" in md and "3-fold cross-validation" in md

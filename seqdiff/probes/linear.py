@@ -54,20 +54,24 @@ def accuracy(pred: np.ndarray, labels: np.ndarray) -> float:
 
 
 def fit_logistic_model(features: dict[str, np.ndarray], labels: dict[str, np.ndarray], seed: int,
-                       c_grid: Sequence[float] = C_GRID, reduce: bool = True, folds: int = 0):
+                       c_grid: Sequence[float] = C_GRID, reduce: bool = True, folds: int = 0,
+                       weights: np.ndarray | None = None):
     """(fitted StandardScaler, fitted LogisticRegression, {"C": c, "val_accuracy": v}) for the C with the
     best validation accuracy; features/labels keyed train and val. `folds` > 1: C by cross-validation over
     train and val pooled, refit on both (module docstring); "val_accuracy" is then the mean fold accuracy.
-    `reduce=False` solves in the F features (the same solution, slower when F > rows; kept for its test)."""
+    `weights` (F,): each standardized feature is multiplied by its weight before the fit (a smaller weight is a
+    stronger penalty on that feature; 0 drops it); the returned model reads standardized features, the weights
+    folded into its coefficients. `reduce=False` solves in the F features (the same solution, slower when F > rows;
+    kept for its test)."""
     if folds > 1:
         rows = np.concatenate([features["train"], features["val"]])
         targets = np.concatenate([labels["train"], labels["val"]])
-        scores = cross_validated_accuracy(rows, targets, seed, c_grid, folds, reduce)
+        scores = cross_validated_accuracy(rows, targets, seed, c_grid, folds, reduce, weights)
         best = int(np.argmax(scores))  # the first best: the smallest C among ties, as on a validation split
-        fit = _ReducedFit(rows, reduce)
+        fit = _ReducedFit(rows, reduce, weights)
         return fit.scaler, fit.export(fit.fit(targets, c_grid[best], seed)), {"C": c_grid[best],
                                                                               "val_accuracy": float(scores[best])}
-    fit = _ReducedFit(features["train"], reduce)
+    fit = _ReducedFit(features["train"], reduce, weights)
     val = fit.transform(features["val"])
     best = None
     for c in c_grid:
@@ -83,17 +87,21 @@ class _ReducedFit:
     """Standardized training rows, in the span of those rows when that is smaller (module docstring): fit
     logistic regressions there, then `export` one to read the full features."""
 
-    def __init__(self, train: np.ndarray, reduce: bool = True):
+    def __init__(self, train: np.ndarray, reduce: bool = True, weights: np.ndarray | None = None):
         from sklearn.preprocessing import StandardScaler
 
         self.scaler = StandardScaler().fit(train)
-        rows = self.scaler.transform(train)
+        self.weights = weights
+        rows = self._weighted(self.scaler.transform(train))
         self.basis = row_space(rows) if reduce else None
         self.rows = rows if self.basis is None else rows @ self.basis.T
 
+    def _weighted(self, rows: np.ndarray) -> np.ndarray:
+        return rows if self.weights is None else rows * self.weights
+
     def transform(self, features: np.ndarray) -> np.ndarray:
-        """Standardized and, with a basis, in its coordinates (what a model from `fit` reads)."""
-        rows = self.scaler.transform(features)
+        """Standardized, weighted and, with a basis, in its coordinates (what a model from `fit` reads)."""
+        rows = self._weighted(self.scaler.transform(features))
         return rows if self.basis is None else rows @ self.basis.T
 
     def fit(self, labels: np.ndarray, c: float, seed: int):
@@ -102,10 +110,12 @@ class _ReducedFit:
         return LogisticRegression(C=c, max_iter=2000, random_state=seed).fit(self.rows, labels)
 
     def export(self, model):
-        """The model reading the standardized full features: w = V^T a."""
+        """The model reading the standardized full features: w = V^T a, times the feature weights."""
         if self.basis is not None:
             model.coef_ = model.coef_ @ self.basis
             model.n_features_in_ = self.basis.shape[1]
+        if self.weights is not None:
+            model.coef_ = model.coef_ * self.weights
         return model
 
 
@@ -119,7 +129,7 @@ def check_folds(labels: np.ndarray, folds: int) -> None:
 
 
 def cross_validated_accuracy(rows: np.ndarray, labels: np.ndarray, seed: int, c_grid: Sequence[float],
-                             folds: int, reduce: bool = True) -> np.ndarray:
+                             folds: int, reduce: bool = True, weights: np.ndarray | None = None) -> np.ndarray:
     """(len(c_grid),) mean held-out accuracy of each C over stratified K-fold splits of `rows` (seeded); every
     fold standardizes and reduces on its own training part."""
     from sklearn.model_selection import StratifiedKFold
@@ -129,7 +139,7 @@ def cross_validated_accuracy(rows: np.ndarray, labels: np.ndarray, seed: int, c_
     scores = np.zeros((folds, len(c_grid)))
     splitter = StratifiedKFold(n_splits=folds, shuffle=True, random_state=seed)
     for i, (fit_idx, held_idx) in enumerate(splitter.split(rows, labels)):
-        fit = _ReducedFit(rows[fit_idx], reduce)
+        fit = _ReducedFit(rows[fit_idx], reduce, weights)
         held = fit.transform(rows[held_idx])
         for j, c in enumerate(c_grid):
             scores[i, j] = accuracy(fit.fit(labels[fit_idx], c, seed).predict(held), labels[held_idx])
@@ -148,10 +158,10 @@ def row_space(rows: np.ndarray) -> np.ndarray | None:
 
 
 def fit_logistic(features: dict[str, np.ndarray], labels: dict[str, np.ndarray], seed: int,
-                 c_grid: Sequence[float] = C_GRID, folds: int = 0) -> Selected:
+                 c_grid: Sequence[float] = C_GRID, folds: int = 0, weights: np.ndarray | None = None) -> Selected:
     """features/labels keyed train, val, test; the C with the best validation (or `folds`-fold
-    cross-validation) accuracy is kept."""
-    scaler, model, choice = fit_logistic_model(features, labels, seed, c_grid, folds=folds)
+    cross-validation) accuracy is kept. `weights`: see fit_logistic_model."""
+    scaler, model, choice = fit_logistic_model(features, labels, seed, c_grid, folds=folds, weights=weights)
     pred = model.predict(scaler.transform(features["test"]))
     return Selected(choice["val_accuracy"], accuracy(pred, labels["test"]), {"C": choice["C"]}, test_pred=pred)
 

@@ -84,6 +84,13 @@ class ProbeConfig:
     mask_stride: int = 0
     """K >= 2: read each position's states from a pass where it is masked (K passes; seqdiff.probes.embeddings),
     for the frozen and fine-tuned rows alike; 0: the clean sequence."""
+    context_scales: tuple[float, ...] = ()
+    """With layer "concat": candidate weights of the blocks' features (every layer but the token embeddings), applied
+    after standardization and chosen with C on validation (or by cross-validation). 0 is the embeddings alone,
+    which for bases is the one-hot model up to the embedding's linear map; 1 the plain concatenation. Why: one L2
+    penalty over the blocks' thousands of features and the embeddings' few lets the context swamp the base identity
+    on small data; with 0 in the grid the probe can only lose to the embeddings alone by selection noise, so what it
+    gains over them is what the context layers add. Empty: the plain concatenation."""
     cv_folds: int = 0
     """> 1: the linear rows (frozen, k-mer, one-hot) choose C, the layer and k by stratified K-fold cross-validation
     over the seed's train and validation rows pooled, then refit on all of them (seqdiff.probes.linear; for small data
@@ -145,11 +152,24 @@ def _frozen(model: ProbeModel, split: Split, seed: int, config: ProbeConfig):
     layers = candidate_layers(model.backbone, config.layer)
     for i, layer in enumerate(layers):
         chosen = {k: v.reshape(len(v), -1) if layer == CONCAT_LAYER else v[:, i] for k, v in feats.items()}
-        result = fit_logistic(chosen, split.labels(), seed, folds=config.cv_folds)
-        if best is None or result.val_accuracy > best.val_accuracy:
-            best = Selected(result.val_accuracy, result.test_accuracy,
-                            {"layer": "final" if layer is None else layer, **result.choice}, result.test_pred)
+        scales = config.context_scales if layer == CONCAT_LAYER and config.context_scales else (None,)
+        for scale in scales:
+            weights = None if scale is None else context_weights(feats["train"].shape[1:], scale)
+            result = fit_logistic(chosen, split.labels(), seed, folds=config.cv_folds, weights=weights)
+            if best is None or result.val_accuracy > best.val_accuracy:
+                extra = {} if scale is None else {"context_scale": scale}
+                best = Selected(result.val_accuracy, result.test_accuracy,
+                                {"layer": "final" if layer is None else layer, **extra, **result.choice},
+                                result.test_pred)
     return best
+
+
+def context_weights(shape: tuple[int, int], scale: float) -> np.ndarray:
+    """Feature weights of a concatenation of (n_layers + 1, F) features, layer-major: 1 for the token embeddings
+    (layer 0), `scale` for every block's output (ProbeConfig.context_scales)."""
+    weights = np.full(shape, float(scale))
+    weights[0] = 1.0
+    return weights.reshape(-1)
 
 
 def candidate_layers(backbone: nn.Module, layer: int | str | None) -> list[int | None]:
@@ -336,7 +356,8 @@ def run_row(kind: str, model: ProbeModel | None, bench: Benchmark, config: Probe
                     f"test_{bench.metric}_max": float(scores.max()), f"test_{bench.metric}": headline})
     if kind == "frozen":
         row.update({"layer": config.layer, "rc_average": config.rc_average, "rc_both": config.rc_both,
-                    "pool": config.pool, "mask_stride": config.mask_stride})
+                    "pool": config.pool, "mask_stride": config.mask_stride,
+                    "context_scales": list(config.context_scales)})
     return row
 
 
