@@ -166,7 +166,7 @@ def write_report(out_dir: str | Path, bench, rows: list[dict[str, Any]], command
            "'val' is the mean fold accuracy); the fine-tuned and CNN rows chose on the 90/10 split"]
           if (settings.get("cv_folds") or 0) > 1 else []),
         *([f"- masked reading: each base's features come from one of {settings['mask_stride']} passes, the one "
-           f"that masked it (every {settings['mask_stride']}th base masked per pass)"]
+           f"that masked it (one base in {settings['mask_stride']} masked per pass)"]
           if (settings.get("mask_stride") or 0) > 1 else []), "",
         *table_lines(rows), "",
         f"![{'test accuracy' if bench.metric == DEFAULT_METRIC else metric_label(rows)} per row]({png_path.name})",
