@@ -36,25 +36,16 @@ from torch.utils.data import DataLoader, Subset
 from experiments.dna_experiment import evenly, tile_segments, train_segments
 from seqdiff.checkpoint import load_checkpoint
 from seqdiff.data import build_data_module
-from seqdiff.data.blocks import step_generator
+from seqdiff.errors import SeqdiffError
+from seqdiff.evaluation.likelihood import batch_nlls
 from seqdiff.evaluation.markov import MarkovChain
 from seqdiff.evaluation.metrics import ratio_standard_error
-from seqdiff.methods import Batch
 
 
-@torch.no_grad()
 def batch_nll(model, loader, seed: int, num_t_samples: int) -> tuple[np.ndarray, np.ndarray]:
-    """(nats per batch, scored tokens per batch) with evaluate_batches' generators for `seed`."""
-    nats, counts = [], []
-    for i, raw in enumerate(loader):
-        batch = Batch.from_any(dict(raw))
-        if batch.attention_mask is not None and bool(batch.attention_mask.all()):
-            batch.attention_mask = None
-        g = torch.Generator().manual_seed(step_generator(seed, i).initial_seed())
-        total, n = model.method.nll(model.backbone, batch, g, num_samples=num_t_samples)
-        nats.append(float(total))
-        counts.append(float(n))
-    return np.array(nats), np.array(counts)
+    """(nats per batch, scored tokens per batch) with evaluate_batches' draws for `seed`."""
+    rows = [(float(total), float(n)) for total, n in batch_nlls(model, loader, num_t_samples, seed)]
+    return np.array([t for t, _ in rows]), np.array([n for _, n in rows])
 
 
 def paired(mdlm_bits: np.ndarray, chain_bits: np.ndarray, counts: np.ndarray) -> dict:
@@ -103,11 +94,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--order", type=int, default=8)
     p.add_argument("--threads", type=int, default=2)
     args = p.parse_args(argv)
-    if args.repeats < 1:
-        raise SystemExit("--repeats must be >= 1")
+    for name in ("repeats", "max_test_windows", "num_t_samples"):
+        if getattr(args, name) < 1:
+            raise SystemExit(f"[paired] --{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     torch.set_num_threads(args.threads)
     start = time.perf_counter()
-    model = load_checkpoint(Path(args.mdlm))
+    try:
+        model = load_checkpoint(Path(args.mdlm))
+    except SeqdiffError as e:
+        raise SystemExit(f"[paired] {e}") from None
     if model.method.exact_likelihood:
         raise SystemExit(f"[paired] {args.mdlm} is not a bound-estimating method ({model.method.name})")
     cfg = model.data_config

@@ -57,5 +57,9 @@ def test_repeat_zero_is_the_experiments_number_and_the_chain_is_exact(slices, tm
     assert p["chain_bits_per_base"] == pytest.approx(chain.bits_per_base(X.tile_segments(dm, "test", index)))
     assert p["difference"] == pytest.approx(p["mdlm_bits_per_base"] - p["chain_bits_per_base"])
     assert (out / "paired.md").read_text().startswith("Made by `python -m experiments.dna_paired_test --mdlm")
-    with pytest.raises(SystemExit):
-        P.main(["--mdlm", str(run), "--out", str(out), "--repeats", "0"])
+    for flag in ("--repeats", "--max-test-windows", "--num-t-samples"):
+        with pytest.raises(SystemExit, match=f"{flag} must be >= 1"):
+            P.main(["--mdlm", str(run), "--out", str(tmp_path / "refused"), flag, "0"])
+    with pytest.raises(SystemExit, match="does not exist"):
+        P.main(["--mdlm", str(tmp_path / "no_run"), "--out", str(tmp_path / "refused")])
+    assert not (tmp_path / "refused").exists()

@@ -10,7 +10,7 @@ from seqdiff.checkpoint import load_checkpoint
 from seqdiff.cli import main
 from seqdiff.data import datasets
 from seqdiff.data.text_files import corpus_split_path, read_text_file
-from seqdiff.evaluation.likelihood import evaluate_tokens
+from seqdiff.evaluation.likelihood import batch_nlls, evaluate_batches, evaluate_tokens
 from seqdiff.evaluation.zeroshot import format_table
 
 FIXTURE = "tests/fixtures/shakespeare_tiny.txt"
@@ -102,6 +102,23 @@ def test_bad_sources_fail_clearly(run, tmp_path, monkeypatch, capsys, data_home)
     err = _error(capsys, ["eval", str(run), "--dataset", "wikitext103", "--dataset", "shakespeare"])
     assert "wikitext-103-raw-v1" in err and "point at local files" in err
     assert "not in the data directory" in _error(capsys, ["eval", str(run), "--dataset", "austen"])
+
+
+def test_per_batch_nlls_are_the_draws_the_evaluation_sums(run):
+    from torch.utils.data import DataLoader
+
+    from seqdiff.data.blocks import TiledBlocks
+
+    model = load_checkpoint(run)
+    tokens = model.tokenizer.encode(read_text_file(FIXTURE)[:2000])
+    loader = DataLoader(TiledBlocks(tokens, 32, model.tokenizer.pad_id), batch_size=8)
+    rows = list(batch_nlls(model, loader, num_t_samples=2, seed=3))
+    assert len(rows) == len(loader) > 1
+    report = evaluate_batches(model, loader, num_t_samples=2, seed=3)
+    assert sum(float(t) for t, _ in rows) / sum(float(n) for _, n in rows) == pytest.approx(
+        report["nll_nats_per_token"], rel=1e-12)
+    again = list(batch_nlls(model, loader, num_t_samples=2, seed=4))
+    assert any(float(a) != float(b) for (a, _), (b, _) in zip(rows, again))  # the seed changes the draws
 
 
 def test_table_columns():

@@ -10,6 +10,7 @@ per token are reported as bits per character / per base.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -18,7 +19,7 @@ from torch.utils.data import DataLoader
 
 from seqdiff.checkpoint import LoadedModel
 from seqdiff.data.blocks import TiledBlocks, step_generator
-from seqdiff.evaluation.ordered import is_exact
+from seqdiff.evaluation.ordered import is_exact, ordered_nll
 from seqdiff.methods import Batch
 
 
@@ -44,29 +45,38 @@ def evaluate_batches(model: LoadedModel, loader, num_t_samples: int = 1, seed: i
     importance-weighted bound over random orders ('random:K'), checked before anything runs."""
     orders = None
     if order is not None:
-        from seqdiff.evaluation.ordered import check_ordered, ordered_nll, parse_orders
+        from seqdiff.evaluation.ordered import check_ordered, parse_orders
 
         orders = parse_orders(order)
         check_ordered(model.method, model.backbone)
-    device = next(model.backbone.parameters()).device
     if progress:
         from tqdm import tqdm
 
         loader = tqdm(loader, desc="eval", unit="batch")
     total = torch.zeros((), dtype=torch.float64)
     count = torch.zeros((), dtype=torch.float64)
+    for nll_sum, n in batch_nlls(model, loader, num_t_samples, seed, orders):
+        total += nll_sum
+        count += n
+    return nll_report(total.item(), count.item(), model, num_t_samples, order)
+
+
+@torch.no_grad()
+def batch_nlls(model: LoadedModel, loader, num_t_samples: int = 1, seed: int = 0,
+               orders: list | None = None) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """(NLL sum in nats, scored tokens) of each batch, in loader order. Batch i draws its times and masks from
+    step_generator(seed, i), so a caller that keeps the batches apart (a paired comparison, a standard error)
+    sees exactly the draws evaluate_batches sums. orders: parsed decoding orders (evaluate_batches checks them)."""
+    device = next(model.backbone.parameters()).device
     for i, raw in enumerate(loader):
         batch = Batch.from_any({k: v.to(device) for k, v in raw.items()})
         if batch.attention_mask is not None and bool(batch.attention_mask.all()):
             batch.attention_mask = None
         g = torch.Generator(device).manual_seed(step_generator(seed, i).initial_seed())
         if orders is not None:
-            nll_sum, n = ordered_nll(model.method, model.backbone, batch, orders, g)
+            yield ordered_nll(model.method, model.backbone, batch, orders, g)
         else:
-            nll_sum, n = model.method.nll(model.backbone, batch, g, num_samples=num_t_samples)
-        total += nll_sum
-        count += n
-    return nll_report(total.item(), count.item(), model, num_t_samples, order)
+            yield model.method.nll(model.backbone, batch, g, num_samples=num_t_samples)
 
 
 def nll_report(nll_sum: float, num_tokens: float, model: LoadedModel, num_t_samples: int,
