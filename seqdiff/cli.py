@@ -125,10 +125,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
     check_device(o.device)
     sources = parse_sources(o.source_options(), o.split)  # in command-line order, checked before loading the model
     model = load_checkpoint(args.checkpoint, device=o.device, use_ema=not o.no_ema)
-    if o.rc_conjoin:
-        from seqdiff.backbones.rc_equivariant import conjoin_loaded
+    if o.rc_conjoin:  # diffusion: the denoiser averaged over the strands; AR: the exact strand mixture
+        from seqdiff.methods.strand_mixture import conjoin_strands
 
-        conjoin_loaded(model)
+        conjoin_strands(model)
     torch.manual_seed(o.seed)
     if o.order is not None:
         from seqdiff.evaluation.ordered import check_ordered

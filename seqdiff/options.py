@@ -110,7 +110,8 @@ class EvalOptions:
     out: str | None = None
     """JSON file for the results (default: <run or export>/eval/<data>-<hash of its path>.json)."""
     rc_conjoin: bool = False
-    """DNA diffusion models: average the predictions on both strands (post-hoc RC conjoining, Caduceus-Ph)."""
+    """DNA: both strands. Diffusion models average the denoiser over them (post-hoc RC conjoining, Caduceus-Ph);
+    AR models score the exact strand mixture (p(x) + p(RC x)) / 2 of each block."""
     order: str | None = None
     """MDLM: the exact likelihood of the denoiser decoded in this fixed order (left_to_right, right_to_left, or a
     uniform mixture left_to_right+right_to_left) instead of the NELBO; random:K: the importance-weighted bound of

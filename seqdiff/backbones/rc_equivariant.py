@@ -41,7 +41,8 @@ Design (and why not a channel-split transformer)
   distribution over clean tokens (mdlm, d3pm), not SEDD's scores.
 - Causal (AR) backbones are refused: the other strand's stream at the base pair of position i has read the
   bases after i, which are what position i must predict. Strand symmetry for AR is a sequence-level
-  mixture, p(x) = (p(x) + p(RC x)) / 2, not a per-position map (`seqdiff score --rc-conjoin` scores it).
+  mixture, p(x) = (p(x) + p(RC x)) / 2, not a per-position map (seqdiff.methods.strand_mixture; `seqdiff eval
+  --rc-conjoin` and `seqdiff score --rc-conjoin` score it).
 - State dict keys are the inner backbone's, prefixed "inner."; attributes the rest of seqdiff reads
   (config, vocab_size, causal, embed, blocks, head_parameters, ...) are forwarded to the inner backbone.
 """
@@ -214,7 +215,8 @@ def conjoin_loaded(model, what: str = "--rc-conjoin"):
     """
     if model.method.causal:
         raise ConfigError(f"{what} needs a bidirectional (diffusion) model; this {model.method.name!r} model is "
-                          "causal (its strand symmetry would be a sequence-level mixture, not a per-position map)")
+                          "causal: its strand symmetry is the sequence-level mixture (p(x) + p(RC x)) / 2, which "
+                          "`seqdiff eval --rc-conjoin` and `seqdiff score --rc-conjoin` score")
     if model.method.name not in CONJOINABLE_METHODS:
         raise ConfigError(f"{what} averages predicted probabilities: for methods {list(CONJOINABLE_METHODS)}, "
                           f"not {model.method.name!r}")

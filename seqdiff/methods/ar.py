@@ -41,7 +41,8 @@ class AR(Method):
         starts[:, 1:] = segment_ids[:, 1:] != segment_ids[:, :-1]  # (B, L) first token of a document
         return shifted.masked_fill(starts, self.bos_id)
 
-    def loss(self, backbone: nn.Module, batch: Batch, generator: torch.Generator | None = None) -> MethodOutput:
+    def token_nll(self, backbone: nn.Module, batch: Batch) -> tuple[Tensor, Tensor]:
+        """(per-token NLL (B, L) in float32, zero where not scored; the scored mask (B, L)), one causal pass."""
         batch = Batch.from_any(batch)
         x = batch.input_ids  # (B, L)
         scored = batch.scored(self.pad_id)
@@ -53,7 +54,10 @@ class AR(Method):
         logits = backbone(self.shift_right(x, batch.segment_ids), attention_mask=attention_mask,
                           **batch.packing())  # (B, L, V)
         nll = F.cross_entropy(logits.flatten(0, 1).float(), x.flatten(), reduction="none").view_as(x)
-        per_token = torch.where(scored, nll, torch.zeros_like(nll))
+        return torch.where(scored, nll, torch.zeros_like(nll)), scored
+
+    def loss(self, backbone: nn.Module, batch: Batch, generator: torch.Generator | None = None) -> MethodOutput:
+        per_token, scored = self.token_nll(backbone, batch)
         num_tokens = scored.sum().to(torch.float64)
         loss = per_token.sum() / num_tokens.clamp(min=1).to(per_token.dtype)
         return MethodOutput(loss=loss, nll_sum=per_token.detach().to(torch.float64).sum(), num_tokens=num_tokens)
