@@ -86,3 +86,18 @@ def test_refuses_without_cuda_and_runs_on_cpu_when_allowed(tmp_path, capsys):
         assert r["mfu"] == pytest.approx(r["flops_per_token"] * r["tokens_per_s"] / 1e12)
     assert result["mdlm_over_ar_step_time"] == pytest.approx(
         result["runs"]["mdlm"]["step_s_median"] / result["runs"]["ar"]["step_s_median"])
+
+
+def test_strategy_auto_runs_without_the_sharding_wrapper(tmp_path):
+    """--strategy auto: the same recipe on a plain single device (to measure what fsdp2 costs on one GPU)."""
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    out = tmp_path / "gpu"
+    args = ["--allow-cpu", "--preset", "test", "--seq-len", "32", "--batch-size", "4", "--micro-batch-size", "2",
+            "--steps", "2", "--skip-steps", "1", "--no-compile", "--methods", "mdlm", "--strategy", "auto",
+            "--out", str(out)]
+    assert gpu_check.main(args) == 0
+    result = json.loads((out / "gpu_check.json").read_text())
+    assert set(result["runs"]) == {"mdlm"} and result["mdlm_over_ar_step_time"] is None
+    assert "train.strategy=auto" in result["runs"]["mdlm"]["recipe"]
+    assert "train.strategy=auto on one device" in (out / "README.md").read_text()

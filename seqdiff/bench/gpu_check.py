@@ -3,7 +3,8 @@
 On one CUDA device it trains MDLM and then AR with `seqdiff.training.run.train`, the path `seqdiff train` takes,
 at the `small` preset (768 wide, 12 layers, 12 heads) and 1,024 tokens per row, with every GPU-scale feature on
 at once: train.compile, bf16 autocast, gradient accumulation (train.micro_batch_size) and train.strategy=fsdp2
-(on one device: the sharding code runs, nothing is split). Data: the shipped Shakespeare slice, characters.
+(on one device: the sharding code runs, nothing is split; `--strategy auto` measures the same run without it).
+Data: the shipped Shakespeare slice, characters.
 
 Measured per method, over the steps after the first `--skip-steps` (compilation, warm-up):
 - tokens/s: global batch x seq_len / median step time (from the start of a training batch to its end, CUDA
@@ -112,7 +113,7 @@ def overrides(method: str, args: argparse.Namespace, cuda: bool) -> list[str]:
         f"train.checkpoint_every={args.steps}", "train.progress_bar=false",
         f"train.log_every={max(1, args.steps // 10)}",
         "train.warmup_steps=10", "train.lr=3e-4", f"train.compile={str(args.compile).lower()}",
-        f"train.precision={'bf16-mixed' if cuda else 'auto'}", "train.strategy=fsdp2", "train.devices=1",
+        f"train.precision={'bf16-mixed' if cuda else 'auto'}", f"train.strategy={args.strategy}", "train.devices=1",
         f"train.accelerator={'gpu' if cuda else 'cpu'}",
     ]
 
@@ -158,7 +159,8 @@ def render(result: dict[str, Any]) -> str:
         f"preset {result['config']['preset']}, {result['config']['seq_len']} tokens per row, global batch "
         f"{result['config']['batch_size']} in micro-batches of {result['config']['micro_batch_size']}, "
         f"{result['config']['steps']} steps ({result['config']['skip_steps']} untimed), train.compile="
-        f"{str(result['config']['compile']).lower()}, {result['precision']}, train.strategy=fsdp2 on one device. "
+        f"{str(result['config']['compile']).lower()}, {result['precision']}, "
+        f"train.strategy={result['config'].get('strategy', 'fsdp2')} on one device. "
         f"Peak used for MFU: {result['peak_flops'] / 1e12 if result['peak_flops'] else 'unknown'} TFLOP/s "
         f"({result['peak_source']}).\n",
         "| method | tokens/s | step (s, median) | MFU | peak memory (GiB) | compiled | final train loss |",
@@ -197,6 +199,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, default=300, help="optimizer steps per method")
     p.add_argument("--skip-steps", type=int, default=30, help="first steps left out of the timing")
     p.add_argument("--no-compile", dest="compile", action="store_false", help="train eagerly")
+    p.add_argument("--strategy", default="fsdp2", choices=["fsdp2", "auto"],
+                   help="fsdp2 (the issue's recipe: the sharding code runs on one device) or auto (plain single "
+                        "device), to measure what the sharding wrapper costs")
     p.add_argument("--peak-tflops", type=float, default=None, help="the device's dense bf16 peak, if not in the table")
     p.add_argument("--methods", default="mdlm,ar", help="comma-separated methods, in order")
     p.add_argument("--allow-cpu", action="store_true", help="run without CUDA (for tests; no bf16)")
