@@ -82,14 +82,16 @@ per-parameter loop, which is torch's CPU default)."""
 
 def adamw_implementation(params: list[torch.Tensor], fused: bool = True) -> dict[str, bool]:
     """AdamW's keyword for the fastest implementation torch has for these parameters: fused where every one is a
-    plain floating-point tensor on a FUSED_ADAMW_DEVICES device, else foreach (fsdp2's DTensor shards, others).
+    floating-point tensor on a FUSED_ADAMW_DEVICES device, fsdp2's DTensor shards included (DTensor runs the fused
+    kernel on each local shard, where foreach over DTensors pays Python dispatch for every op), else foreach.
     Hugging Face's Trainer picks the fused AdamW by default too (torch >= 2.8). `fused=False` asks for foreach:
     under a float16 loss scaler the fused kernel unscales inside its step, after gradient clipping would have
     seen the scaled gradients, so Lightning refuses to clip with it."""
     from torch.distributed.tensor import DTensor
 
-    plain = all(not isinstance(p, DTensor) and p.dtype.is_floating_point for p in params)
-    if fused and params and plain and {p.device.type for p in params} <= set(FUSED_ADAMW_DEVICES):
+    floating = all(p.dtype.is_floating_point for p in params)
+    devices = {p.device_mesh.device_type if isinstance(p, DTensor) else p.device.type for p in params}
+    if fused and params and floating and devices <= set(FUSED_ADAMW_DEVICES):
         return {"fused": True}
     return {"foreach": True}
 

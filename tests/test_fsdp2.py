@@ -107,3 +107,40 @@ def test_another_optimizer_layout_on_resume_and_float16_are_refused(tmp_path, ca
     assert "fsdp2 does not run with train.precision=16-mixed" in capsys.readouterr().err
     assert not (tmp_path / "r16").exists()
     assert optimizer_layout("ddp") == optimizer_layout("auto") != optimizer_layout("fsdp2") != optimizer_layout("fsdp")
+
+
+_FUSED_DTENSOR_SCRIPT = r"""
+import sys
+import torch, torch.distributed as dist
+from torch.distributed.fsdp import fully_shard
+from torch.distributed.tensor import DTensor
+from seqdiff.optim import adamw_implementation
+dist.init_process_group("gloo", init_method="file://" + sys.argv[1], rank=0, world_size=1)
+def build():
+    torch.manual_seed(0)
+    return fully_shard(torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 3)))
+model, twin = build(), build()
+params = list(model.parameters())
+assert all(isinstance(p, DTensor) for p in params)
+assert adamw_implementation(params) == {"fused": True}, adamw_implementation(params)
+assert adamw_implementation(params, fused=False) == {"foreach": True}
+opts = [torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1, fused=True),
+        torch.optim.AdamW(twin.parameters(), lr=1e-2, weight_decay=0.1, foreach=True)]
+x = torch.randn(5, 8)
+for _ in range(3):
+    for m, opt in zip((model, twin), opts):
+        opt.zero_grad()
+        m(x).square().mean().backward()
+        opt.step()
+for a, b in zip(model.parameters(), twin.parameters()):
+    torch.testing.assert_close(a.full_tensor(), b.full_tensor(), rtol=1e-5, atol=1e-6)
+dist.destroy_process_group()
+print("ok")
+"""
+
+
+def test_fsdp2_shards_take_the_fused_adamw_and_step_like_foreach(tmp_path):
+    """fsdp2's DTensor parameters get the fused AdamW (one kernel per local shard) and it steps as foreach does."""
+    done = subprocess.run([sys.executable, "-c", _FUSED_DTENSOR_SCRIPT, str(tmp_path / "store")], capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-2000:]
