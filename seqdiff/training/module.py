@@ -262,11 +262,15 @@ def slice_batch(batch: Batch, rows: slice) -> Batch:
 
 
 def set_gradient_sync(backbone: torch.nn.Module, enabled: bool) -> None:
-    """fsdp2: reduce-scatter gradients in this backward (True) or keep accumulating unsharded ones (False)."""
+    """fsdp2: reduce-scatter gradients in this backward (True) or keep accumulating unsharded ones (False).
+    Between micro-batches the gathered weights are kept too (`set_reshard_after_backward(False)`, FSDP2's
+    recipe for accumulation): the next forward then skips its all-gather of every block, for the memory of one
+    unsharded copy of the weights, which the unsharded gradients already take while they accumulate."""
     from seqdiff.training.fsdp2 import is_sharded
 
     if is_sharded(backbone):
         backbone.set_requires_gradient_sync(enabled)
+        backbone.set_reshard_after_backward(enabled)
 
 
 MICRO_BATCH_STRATEGIES = ("auto", "fsdp2", "single_device")
