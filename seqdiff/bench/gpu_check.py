@@ -13,7 +13,10 @@ Measured per method, over the steps after the first `--skip-steps` (compilation,
   head counted at the share of positions where it runs, `Method.head_share`) x tokens/s over
   the device's dense bf16 peak (PEAK_BF16_TFLOPS by device name, or --peak-tflops);
 - peak memory: torch.cuda.max_memory_allocated over the run;
-and MDLM's step time over AR's. Writes <out>/gpu_check.json and <out>/README.md (numbers only from the run).
+and MDLM's step time over AR's; and one torch.profiler run over the last step (`StepProfiler`: the device's busy
+share of the step and the host's operator time; the first GPU run was host-bound at micro-batches of 16 under
+fsdp2, and this says where the host time goes; `--no-profile` skips it). Writes <out>/gpu_check.json and
+<out>/README.md (numbers only from the run).
 
 On a machine without CUDA it refuses (exit 2) unless --allow-cpu, which runs the same code at whatever size
 is asked (the tests use it with the test preset, float32 and no compile).
@@ -55,6 +58,8 @@ PEAK_BF16_TFLOPS: list[tuple[tuple[str, ...], float]] = [
 ]
 """Dense bf16 tensor-core peaks (vendor data sheets, no sparsity), matched in order against the device name
 (upper case, every word of a key must occur)."""
+CATEGORY_COLUMNS = ("matmul", "attention", "elementwise", "copies", "optimizer", "autograd", "unattributed")
+"""Host-time kinds shown in the README table (all of seqdiff.bench.profile.CATEGORIES are in the JSON)."""
 MFU_TARGET = 0.40
 STEP_RATIO_TARGET = 1.05
 
@@ -103,6 +108,74 @@ class StepTimer(L.Callback):
         self.times.append(time.perf_counter() - self._t0)
 
 
+class StepProfiler(L.Callback):
+    """torch.profiler over one training batch (global step `step`): is the step bound by the host or the device?
+
+    `summary` holds the step's wall time, the device's busy time (the sum of its kernels' times; None on the
+    CPU), the host operators' self time binned as `seqdiff bench` bins them, and the top operators by self time
+    on each side. The profiler slows the host down, so the busy share it reports is a lower bound."""
+
+    def __init__(self, step: int, top: int = 12) -> None:
+        self.step, self.top = step, top
+        self.summary: dict[str, Any] | None = None
+        self._prof = None
+        self._t0 = 0.0
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if trainer.global_step != self.step or self._prof is not None:
+            return
+        from torch.profiler import ProfilerActivity, profile
+
+        cuda = pl_module.device.type == "cuda"
+        StepTimer._sync(pl_module)
+        try:  # a profiler that cannot start (no CUPTI, say) costs the profile, never the measured run
+            self._prof = profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else []))
+            self._prof.__enter__()
+        except Exception as e:
+            self._prof, self.summary = False, {"error": f"{type(e).__name__}: {e}"[:300]}
+        self._t0 = time.perf_counter()
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if not self._prof or self.summary is not None:
+            return
+        StepTimer._sync(pl_module)
+        wall = time.perf_counter() - self._t0
+        try:
+            self._prof.__exit__(None, None, None)
+            self.summary = summarize_profile(self._prof, wall, pl_module.device.type == "cuda", self.top)
+        except Exception as e:
+            self.summary = {"error": f"{type(e).__name__}: {e}"[:300]}
+
+
+def summarize_profile(prof, wall_s: float, cuda: bool, top: int) -> dict[str, Any]:
+    """The numbers of StepProfiler.summary from a finished torch.profiler run (times in milliseconds)."""
+    from seqdiff.bench.profile import CATEGORIES, _category, _under_optimizer
+
+    host = dict.fromkeys(CATEGORIES, 0.0)
+    device_busy = 0.0
+    for evt in prof.events():
+        if str(getattr(evt, "device_type", "")).endswith("CUDA"):
+            device_busy += getattr(evt, "self_device_time_total", 0.0) / 1e3
+        else:
+            host["optimizer" if _under_optimizer(evt) else _category(evt.name)] += evt.self_cpu_time_total / 1e3
+    averages = prof.key_averages()
+
+    def ranked(attr: str) -> list[list[Any]]:
+        rows = [(e.key, getattr(e, attr, 0.0) / 1e3, e.count) for e in averages]
+        rows = [r for r in rows if r[1] > 0]
+        return [[k, round(ms, 3), n] for k, ms, n in sorted(rows, key=lambda r: -r[1])[:top]]
+
+    wall_ms = wall_s * 1e3
+    return {
+        "wall_ms": round(wall_ms, 3),
+        "device_busy_ms": round(device_busy, 3) if cuda else None,
+        "device_busy_share": round(device_busy / wall_ms, 4) if cuda and wall_ms > 0 else None,
+        "host_ms_by_category": {k: round(v, 3) for k, v in host.items()},
+        "top_host_ops": ranked("self_cpu_time_total"),
+        "top_device_ops": ranked("self_device_time_total") if cuda else [],
+    }
+
+
 def overrides(method: str, args: argparse.Namespace, cuda: bool) -> list[str]:
     """The recipe of one run (dotted overrides of seqdiff's RunConfig)."""
     return [
@@ -123,11 +196,13 @@ def run_one(method: str, args: argparse.Namespace, cuda: bool, peak: float | Non
 
     recipe = overrides(method, args, cuda)
     timer = StepTimer()
+    profiler = StepProfiler(args.steps - 1)  # the last step: one slowed step barely moves the median
     if cuda:
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
     start = time.perf_counter()
-    result = train(load_run_config(None, recipe), work / method, extra_callbacks=[timer])
+    callbacks = [timer, profiler] if args.profile else [timer]
+    result = train(load_run_config(None, recipe), work / method, extra_callbacks=callbacks)
     wall = time.perf_counter() - start
     timed = timer.times[args.skip_steps:]
     step_s = statistics.median(timed)
@@ -149,6 +224,7 @@ def run_one(method: str, args: argparse.Namespace, cuda: bool, peak: float | Non
         "final_train_loss": float(loss) if loss is not None else None,
         "wall_s": round(wall, 1),
         "compiled": bool(result.module._compiled),
+        "profile": profiler.summary if args.profile else None,
     }
 
 
@@ -172,6 +248,24 @@ def render(result: dict[str, Any]) -> str:
         loss = f"{r['final_train_loss']:.3f}" if r["final_train_loss"] is not None else "n/a"
         lines.append(f"| {method} | {r['tokens_per_s']:,.0f} | {r['step_s_median']:.4f} | {mfu_s} | {mem} | "
                      f"{r['compiled']} | {loss} |")
+    profiles = {m: r["profile"] for m, r in result["runs"].items() if r.get("profile")}
+    profiled = {m: pr for m, pr in profiles.items() if "error" not in pr}
+    failed = {m: pr["error"] for m, pr in profiles.items() if "error" in pr}
+    if failed:
+        lines.append("\nThe step profile failed: " + "; ".join(f"{m}: {e}" for m, e in failed.items()))
+    if profiled:
+        lines += ["\nOne profiled step per method (the last; torch.profiler slows the host, so the device's busy "
+                  "share is a lower bound): wall time, the device's kernel time, and the host's operator time "
+                  "by kind (ms).\n",
+                  "| method | wall | device busy | busy share | " + " | ".join(CATEGORY_COLUMNS) + " |",
+                  "|---|---|---|---|" + "---|" * len(CATEGORY_COLUMNS)]
+        for method, pr in profiled.items():
+            busy = "n/a" if pr["device_busy_ms"] is None else f"{pr['device_busy_ms']:.1f}"
+            share = "n/a" if pr["device_busy_share"] is None else f"{pr['device_busy_share']:.0%}"
+            cats = " | ".join(f"{pr['host_ms_by_category'].get(c, 0.0):.1f}" for c in CATEGORY_COLUMNS)
+            lines.append(f"| {method} | {pr['wall_ms']:.1f} | {busy} | {share} | {cats} |")
+        lines.append("\nTop operators of each profiled step are in gpu_check.json (`profile.top_host_ops`, "
+                     "`profile.top_device_ops`).")
     ratio = result.get("mdlm_over_ar_step_time")
     lines.append(f"\nMDLM step time / AR step time: {ratio:.3f} (target <= {STEP_RATIO_TARGET}); MFU target for "
                  f"MDLM: >= {MFU_TARGET:.0%}.\n" if ratio is not None else "")
@@ -202,6 +296,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--strategy", default="fsdp2", choices=["fsdp2", "auto"],
                    help="fsdp2 (the issue's recipe: the sharding code runs on one device) or auto (plain single "
                         "device), to measure what the sharding wrapper costs")
+    p.add_argument("--no-profile", dest="profile", action="store_false",
+                   help="skip the torch.profiler run over the last step (host vs device time, top operators)")
     p.add_argument("--peak-tflops", type=float, default=None, help="the device's dense bf16 peak, if not in the table")
     p.add_argument("--methods", default="mdlm,ar", help="comma-separated methods, in order")
     p.add_argument("--allow-cpu", action="store_true", help="run without CUDA (for tests; no bf16)")
