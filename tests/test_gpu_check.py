@@ -1,6 +1,10 @@
 """seqdiff.bench.gpu_check without a GPU: the peak table, the MFU formula, the FLOP count, the report, the run."""
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -123,3 +127,18 @@ def test_a_profiler_that_cannot_start_costs_the_profile_not_the_run(tmp_path, mo
     run = json.loads((out / "gpu_check.json").read_text())["runs"]["mdlm"]
     assert run["tokens_per_s"] > 0 and "CUPTI is not available" in run["profile"]["error"]
     assert "The step profile failed: mdlm: RuntimeError: CUPTI is not available" in (out / "README.md").read_text()
+
+
+def test_gpu_suite_script_runs_every_part_and_copies_only_new_results(tmp_path):
+    """scripts/gpu_suite.sh without CUDA: each part refuses on its own (exit 2), the suite goes on to the next,
+    and the copy folder gets nothing (the committed reports are older than the run)."""
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    script = Path(__file__).resolve().parents[1] / "scripts" / "gpu_suite.sh"
+    done = subprocess.run(["bash", str(script), str(tmp_path / "copy")], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHON": sys.executable, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    for part in ("spec", "auto_accum", "bench"):
+        assert f"=== {part}: exit 2" in done.stdout
+    assert sorted(p.name for p in (tmp_path / "copy").iterdir()) == ["auto_accum", "bench_small", "spec"]
+    assert not any((tmp_path / "copy").rglob("*.*"))
