@@ -76,6 +76,24 @@ def _required_sources(request: pytest.FixtureRequest) -> None:
             fetch_source(name)
 
 
+DISTRIBUTED_ENV = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "NODE_RANK", "GROUP_RANK",
+                   "LOCAL_WORLD_SIZE", "PL_GLOBAL_SEED", "PL_SEED_WORKERS")
+
+
+@pytest.fixture(autouse=True)
+def _no_distributed_env_leaks():
+    """An in-process run under a distributed strategy (fsdp2 on one device, say) leaves Lightning's MASTER_PORT and
+    ranks in os.environ; a later test's multi-process subprocess would inherit them and try to listen on a port
+    this process may still hold (EADDRINUSE). Each test ends with the variables it started with."""
+    before = {k: os.environ.get(k) for k in DISTRIBUTED_ENV}
+    yield
+    for k, v in before.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
 @pytest.fixture
 def data_source():
     """`data_source("bert-vocab")` -> the fetched folder (the test should also carry requires_source)."""
