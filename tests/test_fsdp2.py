@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import warnings
 
 import pandas as pd
 import pytest
@@ -36,6 +37,16 @@ def test_fsdp2_is_built_by_seqdiff_and_runs_on_any_accelerator():
     strategy, accelerator = build_strategy(TrainConfig(strategy="fsdp2", accelerator="cpu"))
     assert isinstance(strategy, FSDP2Strategy) and accelerator == "cpu"
     assert strategy._save_distributed_checkpoint is False  # one whole-tensor file, what eval / sample read
+
+
+def test_fsdp2_on_one_process_says_that_auto_is_faster():
+    with pytest.warns(UserWarning, match="fsdp2 with one process shards nothing.*train.strategy=auto"):
+        build_strategy(TrainConfig(strategy="fsdp2", devices=1))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        build_strategy(TrainConfig(strategy="fsdp2", devices=2))
+        build_strategy(TrainConfig(strategy="fsdp2", devices=1, num_nodes=2))
+        build_strategy(TrainConfig(strategy="auto", devices=1))
 
 
 def test_two_process_fsdp2_matches_one_process(tmp_path):
