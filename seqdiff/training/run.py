@@ -249,7 +249,8 @@ def build_strategy(tcfg: TrainConfig) -> tuple[object, str]:
     if tcfg.strategy in SEQDIFF_STRATEGIES:
         if tcfg.strategy == "fsdp2" and str(tcfg.devices) == "1" and tcfg.num_nodes == 1:
             rank_zero_warn("train.strategy=fsdp2 with one process shards nothing (no memory saved) and costs time "
-                           "every step (13% on an H200, reports/bench/gpu); train.strategy=auto is faster here")
+                           "every step (13% of the throughput on an H200, reports/bench/gpu); "
+                           "train.strategy=auto is faster")
         return SEQDIFF_STRATEGIES[tcfg.strategy](), tcfg.accelerator
     if tcfg.strategy not in FSDPStrategy.get_registered_strategies():
         return tcfg.strategy, tcfg.accelerator
