@@ -198,12 +198,13 @@ def run_one(method: str, args: argparse.Namespace, cuda: bool, peak: float | Non
 
     recipe = overrides(method, args, cuda)
     timer = StepTimer()
-    profiler = StepProfiler(args.steps - 1)  # the last step: one slowed step barely moves the median
+    profiler = StepProfiler(args.steps - 1) if args.profile else None  # the last step: one slowed step barely
+    # moves the median
     if cuda:
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
     start = time.perf_counter()
-    callbacks = [timer, profiler] if args.profile else [timer]
+    callbacks = [timer, profiler] if profiler else [timer]
     result = train(load_run_config(None, recipe), work / method, extra_callbacks=callbacks)
     wall = time.perf_counter() - start
     timed = timer.times[args.skip_steps:]
@@ -226,7 +227,7 @@ def run_one(method: str, args: argparse.Namespace, cuda: bool, peak: float | Non
         "final_train_loss": float(loss) if loss is not None else None,
         "wall_s": round(wall, 1),
         "compiled": bool(result.module._compiled),
-        "profile": profiler.summary if args.profile else None,
+        "profile": profiler.summary if profiler else None,
     }
 
 
