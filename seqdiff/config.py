@@ -131,6 +131,12 @@ class MethodConfig:
     """mdlm with SUBS: compute the output head only at masked positions, the only ones with a loss (same loss;
     at a large vocabulary, e.g. GPT-2's, it saves the head's work and memory at the unmasked half). Needs a
     backbone that selects outputs (dit, bert); others compute every position."""
+    fused_loss: bool | None = None
+    """mdlm (SUBS, head_at_masked) and ar: the output head and its cross-entropy in one chunked pass that never
+    holds the (N, V) logits (seqdiff/backbones/linear_cross_entropy.py; same loss and gradients to float
+    rounding). null: on with a backbone that has it (dit) at a vocabulary of at least 4,096 ids (GPT-2's,
+    BERT's; at a character vocabulary the logits are small and the plain path is as fast); true: always
+    (refused where unavailable); false: never. See reports/bench/fused_loss."""
     num_timesteps: int = 0
     """0: continuous-time NELBO; T > 0: the discrete-time NELBO with T steps (d3pm is discrete: 0 means 1000)."""
     t_min: float = 1e-3
@@ -161,6 +167,15 @@ class MethodConfig:
         if self.complementary_masks and self.name != "mdlm":
             raise ConfigError(f"method.complementary_masks is mdlm's; method.name={self.name} does not pair its "
                               f"masks: set it to false")
+        if self.fused_loss is not None and not isinstance(self.fused_loss, bool):
+            raise ConfigError(f"method.fused_loss must be true, false or null (by vocabulary size), got "
+                              f"{self.fused_loss!r}")
+        if self.fused_loss and self.name not in ("mdlm", "ar"):
+            raise ConfigError(f"method.fused_loss=true is for mdlm and ar; method.name={self.name} needs the full "
+                              f"logits: set it to null or false")
+        if self.fused_loss and self.name == "mdlm" and (self.subs is False or not self.head_at_masked):
+            raise ConfigError("method.fused_loss=true needs mdlm's SUBS loss at the masked positions (method.subs "
+                              "and method.head_at_masked true): set it to null or false")
         if not 0 <= self.t_min < 1:
             raise ConfigError(f"method.t_min must lie in [0, 1), got {self.t_min}")
         if self.subs is not None and not isinstance(self.subs, bool):

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from seqdiff.bench import main
-from seqdiff.bench.models import FULL_HEAD_MODEL, TRAIN_MODELS, expected_cached_speedup, vocab_stub
+from seqdiff.bench.models import FULL_HEAD_MODEL, TRAIN_MODELS, UNFUSED_MODELS, expected_cached_speedup, vocab_stub
 from seqdiff.config import MethodConfig
 from seqdiff.methods import MDLM
 
@@ -188,3 +188,15 @@ def test_the_cpu_bf16_experiment_times_float32_bf16_and_the_fused_kernel(tmp_pat
     assert set(shape["bf16_over_bf16_fused"]) == set(cpu_bf16.MODELS)
     assert 0 in seen and attention_module.EXPLICIT_MAX_LEN in seen and attention_module.EXPLICIT_MAX_LEN > 0
     assert "bf16 / bf16 fused" in (tmp_path / "table.md").read_text()
+
+
+def test_bench_unfused_times_the_plain_loss_beside_the_fused_one(tmp_path, keep_threads):
+    """--unfused at a vocabulary where method.fused_loss=null fuses: both seqdiff models twice, and the ratio."""
+    assert main([*TINY, "--vocab-size", "4096", "--unfused", "--out", str(tmp_path)]) == 0
+    data = json.loads((tmp_path / "bench.json").read_text())
+    assert data["config"]["unfused"]
+    for unfused, default in UNFUSED_MODELS.items():
+        assert unfused in data["train_tokens_per_s"] and unfused in data["peak_memory_mb"]
+        assert data["fused_loss"][default] and not data["fused_loss"][unfused]
+        assert data["ratio_fused_loss_vs_unfused"][default]["median"] > 0
+    assert "**Fused head and loss**" in (tmp_path / "bench.md").read_text()

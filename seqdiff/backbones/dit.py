@@ -60,6 +60,7 @@ from torch import Tensor, nn
 from seqdiff.backbones.activations import ACTIVATIONS
 from seqdiff.backbones.attention import attention
 from seqdiff.backbones.kmer_embedding import KmerEmbedding
+from seqdiff.backbones.linear_cross_entropy import linear_cross_entropy
 from seqdiff.backbones.local_conv import LocalConv
 from seqdiff.backbones.rotary import RotaryEmbedding, apply_rotary
 from seqdiff.config import ModelConfig
@@ -310,6 +311,8 @@ class DiT(nn.Module):
     selects_outputs = True
     """forward(output_index=..., exclude_id=...): the output head at those positions only, one id's logit -inf
     (MDLM's SUBS: the masked positions, MASK excluded)."""
+    fuses_loss = True
+    """forward(targets=..., token_weight=...): the head's cross-entropy without the logits (method.fused_loss)."""
     packed_attention = "auto"
     """Kernel for packed documents: "auto" (`packed_attention_kernel`), or "flex" / "sdpa" to force one."""
 
@@ -361,19 +364,30 @@ class DiT(nn.Module):
         segment_ids: Tensor | None = None,
         output_index: Tensor | None = None,
         exclude_id: int | None = None,
-    ) -> Tensor:
+        targets: Tensor | None = None,
+        token_weight: Tensor | None = None,
+    ) -> Tensor | tuple[Tensor, Tensor]:
         """Logits (B, L, vocab_size) in float32. See `hidden_states` for the arguments.
 
         output_index: LongTensor (N,) of flat positions b * L + i: the logits (N, V) of those positions only, so
         a loss that lives on a few positions (MDLM's masked ones) skips the output head everywhere else.
         exclude_id: this id's logit is -inf (SUBS's MASK), written into the output bias (`bias_excluding`).
+        targets, token_weight: (N,) each, one per output position (the flat positions, or `output_index`'s):
+        instead of logits, (sum_i token_weight_i * nll_i, nll (N,)) of the head's cross-entropy against
+        `targets`, computed chunk by chunk without the (N, V) logits (`linear_cross_entropy`, method.fused_loss).
+        Inside forward so that FSDP's and DDP's hooks see the head's weights used.
         """
         h = self.hidden_states(input_ids, noise_level, attention_mask, kv_cache=kv_cache, attn_mask=attn_mask,
                                positions=positions, update_cache=update_cache, segment_ids=segment_ids)  # (B, L, H)
         h = select_positions(h, output_index)  # (B, L, H) or (N, H)
+        bias = bias_excluding(self.output.bias, exclude_id)  # (V,)
+        if targets is not None:
+            if token_weight is None:
+                raise ValueError("DiT.forward: targets need their token_weight (N,)")
+            return linear_cross_entropy(h.reshape(-1, h.shape[-1]), self.output.weight, bias, targets, token_weight)
         if exclude_id is None:
             return self.output(h).float()  # (..., V)
-        return F.linear(h, self.output.weight, bias_excluding(self.output.bias, exclude_id)).float()  # (..., V)
+        return F.linear(h, self.output.weight, bias).float()  # (..., V)
 
     def head_parameters(self) -> list[nn.Parameter]:
         """The output head: what acts after the last block (final LayerNorm or its adaLN modulation, output Linear).

@@ -98,6 +98,8 @@ class RCEquivariant(nn.Module):
     selects_outputs = False
     """Not forwarded to the inner backbone: a position's logits combine two strands' (i and L-1-i), so MDLM's
     method.head_at_masked computes every position here."""
+    fuses_loss = False
+    """Not forwarded either: the loss needs the combined logits, so method.fused_loss takes the plain path."""
 
     def __init__(self, inner: nn.Module, complement_ids: Tensor, mode: Literal["shared", "conjoined"] = "shared"
                  ) -> None:

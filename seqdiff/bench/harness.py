@@ -78,6 +78,7 @@ from seqdiff.bench.models import (
     SAMPLERS,
     TRAIN_MODELS,
     TRAIN_RATIO_TARGET,
+    UNFUSED_MODELS,
     Shape,
     autocast,
     build_model,
@@ -134,6 +135,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--full-head", action="store_true",
                    help="also time the MDLM with the output head at every position (method.head_at_masked=false), "
                    "side by side with the default that runs it at the masked positions only")
+    p.add_argument("--unfused", action="store_true",
+                   help="also time both seqdiff models with method.fused_loss=false (the head's logits, then the "
+                   "cross-entropy), side by side with the default (fused from 4,096 ids on: use --vocab-size)")
     p.add_argument("--precision", default="auto", choices=list(PRECISIONS),
                    help="auto: bf16 autocast on CUDA, float32 on CPU (train.precision=auto); float32; bf16: bf16 "
                    "autocast on any device (train.precision=bf16-mixed), for every contender")
@@ -180,7 +184,7 @@ def bench_training(shape: Shape, args: argparse.Namespace, device: torch.device,
                    log: Callable[[str], None]) -> dict[str, Any]:
     """Interleaved training rounds (+ the reference matmul as one more contender), then one profiled step each."""
     models, steps = {}, {}
-    names = train_models(shape.activation, args.full_head)
+    names = train_models(shape.activation, args.full_head, args.unfused)
     ours = [name for name in names if name in OURS]
     for i, name in enumerate(names):
         torch.manual_seed(args.seed + i)
@@ -250,6 +254,9 @@ def bench_training(shape: Shape, args: argparse.Namespace, device: torch.device,
                                   for pair, (a, b) in same_activation_pairs(shape.activation).items()},
         "ratio_head_at_masked": spread(per_round("seqdiff_bidirectional", FULL_HEAD_MODEL)) if args.full_head
         else None,
+        "fused_loss": {name: method_of(name, shape).uses_fused_loss(models[name]) for name in ours},
+        "ratio_fused_loss": {UNFUSED_MODELS[u]: spread(per_round(UNFUSED_MODELS[u], u)) for u in UNFUSED_MODELS}
+        if args.unfused else None,
         "matmul": spread(mm_rate),
         "matmul_fraction": {name: spread(v) for name, v in fraction.items()},
         "params": params,
@@ -272,7 +279,7 @@ def bench_memory(shape: Shape, args: argparse.Namespace, device: torch.device) -
 
     run(TRAIN_MODELS[0])  # first-use allocations of the libraries are not any model's memory
     peak = {name: meter.measure(lambda name=name: run(name)) / 2**20
-            for name in train_models(shape.activation, args.full_head)}
+            for name in train_models(shape.activation, args.full_head, args.unfused)}
     return peak, meter.method
 
 
@@ -396,6 +403,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser, argv: list[st
                    "sample_repeats": args.sample_repeats, "sample_budget_s": args.sample_budget_s,
                    "sample_steps": shape.seq_len, "matmul_size": args.matmul_size, "seed": args.seed,
                    "compile": args.compile, "full_head": args.full_head,
+                   "unfused": args.unfused,
                    "optimizer": "AdamW fused (both sides) where torch has it"},
         "train_tokens_per_s": {name: s["median"] for name, s in train["tok_s"].items()},
         "train_tokens_per_s_spread": train["tok_s"],
@@ -403,6 +411,8 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser, argv: list[st
         "ratio_vs_hf_spread": train["ratio"],
         "ratio_vs_hf_best_of_rounds": train["ratio_best"],
         "ratio_head_at_masked_vs_full_head": train["ratio_head_at_masked"],
+        "ratio_fused_loss_vs_unfused": train["ratio_fused_loss"],
+        "fused_loss": train["fused_loss"],
         "head_share": train["head_share"],
         "ratio_vs_hf_same_activation": {pair: s["median"] for pair, s in train["ratio_same_activation"].items()},
         "ratio_vs_hf_same_activation_spread": train["ratio_same_activation"],

@@ -31,7 +31,11 @@ EXACT_GELU_PAIRS = {"bidirectional": ("seqdiff_bidirectional", "hf_bert"),
 FULL_HEAD_MODEL = "seqdiff_bidirectional_full_head"
 """--full-head: the bidirectional DiT once more, its MDLM loss with method.head_at_masked=false (the output head
 at every position), timed beside the default so that the head's saving is a ratio of one run."""
-OURS = (*SEQDIFF_MODELS, FULL_HEAD_MODEL)
+UNFUSED_MODELS = {"seqdiff_bidirectional_unfused": "seqdiff_bidirectional", "seqdiff_causal_unfused": "seqdiff_causal"}
+"""--unfused: each seqdiff model once more with method.fused_loss=false (the head's (N, V) logits, then the
+cross-entropy), timed beside the default so that the fused loss's effect is a ratio of one run. At the default
+character vocabulary both take the plain path (method.fused_loss=null fuses from 4,096 ids on)."""
+OURS = (*SEQDIFF_MODELS, FULL_HEAD_MODEL, *UNFUSED_MODELS)
 """Every seqdiff contender (built by seqdiff, trained with a seqdiff method, compiled by --compile)."""
 SAMPLERS = {"mdlm_uncached": "ancestral", "mdlm_cached": "cached", "ar_kv": "ar"}
 TRAIN_RATIO_TARGET = 1.0
@@ -39,11 +43,12 @@ CACHED_SPEEDUP_TARGET = 2.5
 DEFAULT_OUT = Path("reports") / "bench"
 
 
-def train_models(activation: str, full_head: bool = False) -> tuple[str, ...]:
+def train_models(activation: str, full_head: bool = False, unfused: bool = False) -> tuple[str, ...]:
     """The training contenders: TRAIN_MODELS, plus GPT-2 with the exact GELU when the DiT uses it, plus the MDLM
-    with the output head at every position when `full_head` (--full-head)."""
+    with the output head at every position when `full_head` (--full-head), plus the seqdiff models without the
+    fused loss when `unfused` (--unfused)."""
     return (TRAIN_MODELS + (("hf_gpt2_gelu",) if activation == "gelu" else ())
-            + ((FULL_HEAD_MODEL,) if full_head else ()))
+            + ((FULL_HEAD_MODEL,) if full_head else ()) + (tuple(UNFUSED_MODELS) if unfused else ()))
 
 
 def same_activation_pairs(activation: str) -> dict[str, tuple[str, str]]:
@@ -97,7 +102,8 @@ def _hf_quiet() -> None:
 def build_model(name: str, shape: Shape) -> nn.Module:
     """One of train_models(), randomly initialized (call torch.manual_seed first for a fixed init)."""
     if name in OURS:
-        return build_backbone(shape.model_config(), shape.vocab_size, causal=name == "seqdiff_causal")
+        causal = UNFUSED_MODELS.get(name, name) == "seqdiff_causal"
+        return build_backbone(shape.model_config(), shape.vocab_size, causal=causal)
     _hf_quiet()
     if name.startswith("hf_bert"):
         from transformers import BertConfig, BertForMaskedLM
@@ -119,16 +125,18 @@ def build_model(name: str, shape: Shape) -> nn.Module:
                          embd_pdrop=0.0, attn_pdrop=0.0, tie_word_embeddings=False,
                          bos_token_id=ids.bos_id, eos_token_id=ids.eos_id, attn_implementation="sdpa")
         return GPT2LMHeadModel(cfg)
-    raise ValueError(f"unknown model {name!r}; choose one of {list(train_models('gelu', full_head=True))}")
+    every = train_models("gelu", full_head=True, unfused=True)
+    raise ValueError(f"unknown model {name!r}; choose one of {list(every)}")
 
 
 def method_of(name: str, shape: Shape) -> MDLM | AR:
     """The loss a seqdiff contender trains with: MDLM (bidirectional; the full-head one without
-    method.head_at_masked) or AR (causal)."""
+    method.head_at_masked) or AR (causal); the --unfused ones with method.fused_loss=false."""
     vocab = vocab_stub(shape.vocab_size)
-    if name == "seqdiff_causal":
-        return AR(MethodConfig(name="ar"), vocab)
-    return MDLM(MethodConfig(name="mdlm", head_at_masked=name != FULL_HEAD_MODEL), vocab)
+    fused = False if name in UNFUSED_MODELS else None
+    if UNFUSED_MODELS.get(name, name) == "seqdiff_causal":
+        return AR(MethodConfig(name="ar", fused_loss=fused), vocab)
+    return MDLM(MethodConfig(name="mdlm", head_at_masked=name != FULL_HEAD_MODEL, fused_loss=fused), vocab)
 
 
 def make_train_step(name: str, model: nn.Module, shape: Shape, device: torch.device,

@@ -36,7 +36,7 @@ GELU_NAMES = {"gelu_tanh": "tanh GELU", "gelu": "exact GELU"}
 def render_tables(result: dict[str, Any], train: dict[str, Any], sampling: dict[str, Any]) -> str:
     peak = result["peak_memory_mb"]
     activation = result["config"].get("activation", "gelu_tanh")  # bench.json files from before --activation
-    names = train_models(activation, result["config"].get("full_head", False))
+    names = train_models(activation, result["config"].get("full_head", False), result["config"].get("unfused", False))
     lines = ["Training (forward + backward + AdamW), median [min–max] over rounds", "",
              "| model | params | tokens/s | peak MB | model FLOP/s ÷ matmul FLOP/s |",
              "| --- | ---: | ---: | ---: | ---: |"]
@@ -121,6 +121,14 @@ def explanation(result: dict[str, Any], train: dict[str, Any], sampling: dict[st
         lines.insert(1, f"- **Output head at the masked positions** (`method.head_at_masked`, on average "
                      f"{share:.0%} of them; model FLOPs count the head that often): MDLM tokens/s with it over "
                      f"MDLM with the head at every position, median of per-round ratios: {_ratio(head)}.")
+    fused = result.get("ratio_fused_loss_vs_unfused")
+    if fused:
+        lines.insert(1, "- **Fused head and loss** (`method.fused_loss`, no (N, V) logits): tokens/s of each seqdiff "
+                     "model over the same model with the plain head and cross-entropy, median of per-round ratios: "
+                     + ", ".join(f"{name.removeprefix('seqdiff_')} {_ratio(r)}" for name, r in fused.items())
+                     + ("" if all(result.get("fused_loss", {}).get(n) for n in fused) else
+                        " (at this vocabulary the defaults take the plain path too: method.fused_loss=null fuses "
+                        "from 4,096 ids on)") + ".")
     return "\n".join(lines)
 
 

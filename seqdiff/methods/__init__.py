@@ -50,6 +50,10 @@ def build_model(model: ModelConfig, method_config: MethodConfig, tokenizer: Toke
     backbone = build_backbone(model, tokenizer.vocab_size, causal=method.causal,
                               complement_ids=getattr(tokenizer, "complement_ids", None))
     method.check_backbone(backbone)
+    if getattr(method_config, "fused_loss", None) is True and not getattr(backbone, "fuses_loss", False):
+        raise ConfigError(f"method.fused_loss=true needs a backbone that computes its loss without the logits (dit, "
+                          f"not wrapped for reverse-complement equivariance); model.backbone={model.backbone}, "
+                          f"model.rc_equivariant={model.rc_equivariant}: set method.fused_loss to null or false")
     return method, backbone, model
 
 

@@ -46,10 +46,7 @@ class AR(Method):
         batch = Batch.from_any(batch)
         x = batch.input_ids  # (B, L)
         scored = batch.scored(self.pad_id)
-        attention_mask = None
-        if batch.attention_mask is not None:  # shift with the inputs; BOS is always real
-            attention_mask = torch.cat([torch.ones_like(batch.attention_mask[:, :1]),
-                                        batch.attention_mask[:, :-1]], dim=1)
+        attention_mask = self.shifted_attention(batch)  # shift with the inputs
         # the shifted input at i stands in i's document: segment ids and positions are the targets'
         logits = backbone(self.shift_right(x, batch.segment_ids), attention_mask=attention_mask,
                           **batch.packing())  # (B, L, V)
@@ -57,7 +54,26 @@ class AR(Method):
         return torch.where(scored, nll, torch.zeros_like(nll)), scored
 
     def loss(self, backbone: nn.Module, batch: Batch, generator: torch.Generator | None = None) -> MethodOutput:
-        per_token, scored = self.token_nll(backbone, batch)
+        if self.uses_fused_loss(backbone):  # method.fused_loss: the summed NLL without the (B, L, V) logits
+            total, scored = self.fused_nll_sum(backbone, Batch.from_any(batch))
+        else:
+            per_token, scored = self.token_nll(backbone, batch)
+            total = per_token.sum()
         num_tokens = scored.sum().to(torch.float64)
-        loss = per_token.sum() / num_tokens.clamp(min=1).to(per_token.dtype)
-        return MethodOutput(loss=loss, nll_sum=per_token.detach().to(torch.float64).sum(), num_tokens=num_tokens)
+        loss = total / num_tokens.clamp(min=1).to(total.dtype)
+        return MethodOutput(loss=loss, nll_sum=total.detach().to(torch.float64), num_tokens=num_tokens)
+
+    def fused_nll_sum(self, backbone: nn.Module, batch: Batch) -> tuple[Tensor, Tensor]:
+        """(the NLL summed over scored tokens, differentiable; the scored mask (B, L)): `token_nll`'s sum, from
+        the backbone's chunked head and cross-entropy (method.fused_loss)."""
+        x, scored = batch.input_ids, batch.scored(self.pad_id)
+        total, _ = backbone(self.shift_right(x, batch.segment_ids), attention_mask=self.shifted_attention(batch),
+                            targets=x.flatten(), token_weight=scored.flatten().float(), **batch.packing())
+        return total, scored
+
+    @staticmethod
+    def shifted_attention(batch: Batch) -> Tensor | None:
+        """The attention mask of the shifted input (BOS is always real), or None."""
+        if batch.attention_mask is None:
+            return None
+        return torch.cat([torch.ones_like(batch.attention_mask[:, :1]), batch.attention_mask[:, :-1]], dim=1)

@@ -66,6 +66,10 @@ class Batch:
         return mask
 
 
+FUSED_LOSS_MIN_VOCAB = 4096
+"""method.fused_loss=null fuses the head and its loss from this vocabulary size on (reports/bench/fused_loss)."""
+
+
 class Method(ABC):
     """A method owns the math (corruption, parameterization, loss, bound, reverse step), not the loop."""
 
@@ -98,6 +102,14 @@ class Method(ABC):
     def check_backbone(self, backbone: nn.Module) -> None:
         """Refuse a backbone this method cannot use (default: any backbone)."""
         return None
+
+    def uses_fused_loss(self, backbone: nn.Module) -> bool:
+        """Whether `loss` asks `backbone` for the head's cross-entropy instead of its logits (method.fused_loss;
+        only methods whose loss is a weighted cross-entropy of the head, mdlm and ar, ask)."""
+        mode = getattr(self.config, "fused_loss", False)
+        if mode is False or not getattr(backbone, "fuses_loss", False):
+            return False
+        return mode is True or getattr(backbone, "vocab_size", 0) >= FUSED_LOSS_MIN_VOCAB
 
     def check_recipe(self, config) -> None:
         """Refuse a whole recipe (RunConfig) this method cannot train, before anything is written (default: any)."""

@@ -36,6 +36,9 @@
   of its own NELBO and the row's loss is their sum (tested with the same noise). Under mask_count, k is drawn
   over the row's n scored tokens, not per document: the row's estimate stays unbiased for the row's bound
   (the sum of its documents' bounds, since attention never crosses them).
+- `method.fused_loss` (null: on at a vocabulary of 4,096 ids or more): with the sparse head, the backbone returns
+  the weighted cross-entropy sum of the masked positions directly, chunk by chunk, without their (N, V)
+  logits (seqdiff.backbones.linear_cross_entropy); the same loss and gradients to float rounding (tested).
 - `method.head_at_masked` (on by default): with SUBS only masked positions carry loss, so the backbone is asked
   for the logits of those positions only (`output_index`); the loss is the same sum, and at GPT-2's vocabulary
   the output head and its softmax, a large share of the step, run on about half the positions.
@@ -250,7 +253,14 @@ class MDLM(Method):
             attention_mask = attention_mask.repeat(2, 1) if attention_mask is not None else None
             packing = {k: v.repeat(2, 1) for k, v in packing.items()}
         masked = xt == self.mask_id  # (B, L) SUBS carry-over: only masked positions carry loss
-        if self.uses_sparse_head(backbone):
+        if self.uses_sparse_head(backbone) and self.uses_fused_loss(backbone):
+            index = masked.flatten().nonzero()[:, 0]  # (N,)
+            torch._dynamo.maybe_mark_dynamic(index, 0)
+            total, _ = backbone(xt, noise_level=self.noise_level(t), attention_mask=attention_mask, output_index=index,
+                                exclude_id=self.mask_id, targets=x0.flatten()[index],
+                                token_weight=weight[index // x0.shape[1]], **packing)
+            per_token = total[None]  # (1,) the sum of the (N,) terms, taken in one chunked pass
+        elif self.uses_sparse_head(backbone):
             index, logits = self.masked_logits(backbone, xt, t, attention_mask=attention_mask, **packing)
             nll = F.cross_entropy(logits.float(), x0.flatten()[index], reduction="none")  # (N,)
             per_token = weight[index // x0.shape[1]] * nll  # (N,) the nonzero terms of the (B, L) sum below
