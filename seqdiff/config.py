@@ -170,12 +170,6 @@ class MethodConfig:
         if self.fused_loss is not None and not isinstance(self.fused_loss, bool):
             raise ConfigError(f"method.fused_loss must be true, false or null (by vocabulary size), got "
                               f"{self.fused_loss!r}")
-        if self.fused_loss and self.name not in ("mdlm", "ar"):
-            raise ConfigError(f"method.fused_loss=true is for mdlm and ar; method.name={self.name} needs the full "
-                              f"logits: set it to null or false")
-        if self.fused_loss and self.name == "mdlm" and (self.subs is False or not self.head_at_masked):
-            raise ConfigError("method.fused_loss=true needs mdlm's SUBS loss at the masked positions (method.subs "
-                              "and method.head_at_masked true): set it to null or false")
         if not 0 <= self.t_min < 1:
             raise ConfigError(f"method.t_min must lie in [0, 1), got {self.t_min}")
         if self.subs is not None and not isinstance(self.subs, bool):
@@ -611,7 +605,11 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
                 return _coerce(value, arg, key)
             except ConfigError as e:
                 errors.append(str(e))
-        raise ConfigError(errors[0] if errors else f"{key}: invalid value {value!r}")
+        if not errors:
+            raise ConfigError(f"{key}: invalid value {value!r}")
+        # an optional field also takes null: say so ("must be true or false" alone would hide it)
+        or_null = " (or null)" if type(None) in args else ""
+        raise ConfigError(errors[0] + or_null)
     if origin is typing.Literal:
         allowed = typing.get_args(tp)
         if value not in allowed and isinstance(value, (int, float)) and not isinstance(value, bool) \

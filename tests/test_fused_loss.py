@@ -160,6 +160,7 @@ CASES = {
     "mdlm_time_conditioned": ("mdlm", {}, {"conditioned": True}),
     "mdlm_packed": ("mdlm", {}, {"packed": True}),
     "mdlm_micro_batch": ("mdlm", {}, {"rows": slice(2, 5)}),
+    "d3pm_subs": ("d3pm", {"subs": True}, {}),  # MDLM's loss with the discrete-time weights
     "ar": ("ar", {}, {}),
     "ar_packed": ("ar", {}, {"packed": True}),
 }
@@ -168,7 +169,9 @@ CASES = {
 @pytest.mark.parametrize("case", list(CASES))
 def test_fused_loss_leaves_loss_and_gradients_unchanged(case):
     name, method_kw, opts = CASES[case]
-    cls = MDLM if name == "mdlm" else AR
+    from seqdiff.methods import METHODS
+
+    cls = METHODS[name]
     net = _net(causal=name == "ar", conditioned=opts.get("conditioned", False))
     batch = _batch(opts.get("packed", False))
     kw = {"rows": opts["rows"]} if "rows" in opts else {}
@@ -234,15 +237,21 @@ def test_auto_fuses_from_the_threshold_vocabulary_on():
 
 
 @pytest.mark.parametrize("kw,match", [
-    ({"fused_loss": "yes"}, "true, false or null"),
-    ({"name": "sedd", "fused_loss": True}, "mdlm and ar"),
-    ({"name": "bd3lm", "fused_loss": True}, "mdlm and ar"),
+    ({"name": "sedd", "fused_loss": True}, "weighted cross-entropy of the head"),
+    ({"name": "bd3lm", "fused_loss": True}, "weighted cross-entropy of the head"),
     ({"subs": False, "fused_loss": True}, "head_at_masked"),
     ({"head_at_masked": False, "fused_loss": True}, "head_at_masked"),
 ])
 def test_bad_fused_loss_settings_are_refused(kw, match):
+    from seqdiff.methods import build_method
+
     with pytest.raises(ConfigError, match=match):
-        MethodConfig(**kw)
+        build_method(MethodConfig(**kw), TOK)
+
+
+def test_a_bad_fused_loss_value_is_refused():
+    with pytest.raises(ConfigError, match="true, false or null"):
+        MethodConfig(fused_loss="yes")
 
 
 @pytest.mark.parametrize("backbone,rc", [("bert", "none"), ("dit", "shared")])
@@ -275,3 +284,10 @@ def test_a_compiled_backbone_gives_the_eager_fused_loss_and_gradients():
         torch.testing.assert_close(out_c.loss, out_e.loss, rtol=1e-5, atol=1e-6)
         for n in grads_e:
             torch.testing.assert_close(grads_c[n], grads_e[n], rtol=1e-4, atol=1e-6, msg=n)
+
+
+def test_a_recipe_value_that_is_neither_bool_nor_null_names_both():
+    from seqdiff.config import from_dict
+
+    with pytest.raises(ConfigError, match=r"method.fused_loss must be true or false, got 'maybe' \(or null\)"):
+        from_dict(MethodConfig, {"fused_loss": "maybe"}, prefix="method.")

@@ -26,7 +26,12 @@ DEFAULT_SAMPLERS: dict[str, str] = {name: cls.default_sampler for name, cls in M
 def build_method(config: MethodConfig, tokenizer: Tokenizer) -> Method:
     if config.name not in METHODS:
         raise ConfigError(f"method.name={config.name!r} is unknown; choose one of {sorted(METHODS)}")
-    return METHODS[config.name](config, tokenizer)
+    method = METHODS[config.name](config, tokenizer)
+    if config.fused_loss is True and not method.fusable_loss:
+        raise ConfigError(f"method.fused_loss=true is for methods whose loss is a weighted cross-entropy of the "
+                          f"head ({sorted(n for n, c in METHODS.items() if c.fusable_loss)}); method.name="
+                          f"{config.name} needs the full logits: set it to null or false")
+    return method
 
 
 def resolve_model_config(model: ModelConfig, method: Method) -> ModelConfig:

@@ -25,6 +25,8 @@ class AR(Method):
     """The exact NLL: one causal pass, no random times."""
     default_sampler = "ar"
     """KV-cached left-to-right generation."""
+    fusable_loss = True
+    """Next-token cross-entropy of the head at every scored position (method.fused_loss)."""
     packable = True
     """Packed documents: shifted per document, attention causal within each (module docstring)."""
     noise_level_input = False

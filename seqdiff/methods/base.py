@@ -84,6 +84,9 @@ class Method(ABC):
     """model.time_conditioning when the recipe leaves it null."""
     noise_level_input: ClassVar[bool] = True
     """Whether `loss`, `nll` and the samplers give the backbone a noise level (a time-conditioned one needs it)."""
+    fusable_loss: ClassVar[bool] = False
+    """Whether `loss` is a weighted cross-entropy of the backbone's head that it can ask for without the logits
+    (method.fused_loss: mdlm with SUBS at the masked positions, ar); others need the logits themselves."""
     packable: ClassVar[bool] = False
     """Whether `loss` / `nll` take packed documents (Batch.segment_ids) and keep each document to itself."""
 
@@ -107,7 +110,7 @@ class Method(ABC):
         """Whether `loss` asks `backbone` for the head's cross-entropy instead of its logits (method.fused_loss;
         only methods whose loss is a weighted cross-entropy of the head, mdlm and ar, ask)."""
         mode = getattr(self.config, "fused_loss", False)
-        if mode is False or not getattr(backbone, "fuses_loss", False):
+        if mode is False or not self.fusable_loss or not getattr(backbone, "fuses_loss", False):
             return False
         return mode is True or getattr(backbone, "vocab_size", 0) >= FUSED_LOSS_MIN_VOCAB
 

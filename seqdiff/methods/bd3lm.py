@@ -238,6 +238,9 @@ class BD3LM(MDLM):
         if Batch.from_any(batch).segment_ids is not None:
             raise ValueError("bd3lm does not take packed documents (segment_ids); use data.text.block_mode=padded")
 
+    fusable_loss = False
+    """Its block loss reads the logits of the x_t half of a 2L pass itself (method.fused_loss is mdlm's and ar's)."""
+
     def uses_sparse_head(self, backbone: nn.Module) -> bool:
         """No: the block loss runs the head on the whole x_t half of its one 2L pass (method.head_at_masked is
         MDLM's)."""

@@ -78,6 +78,8 @@ class MDLM(Method):
     """A NELBO (an upper bound on the NLL) over random masking times."""
     default_sampler = "cached"
     """Ancestral sampling that skips the denoiser when nothing was unmasked."""
+    fusable_loss = True
+    """With SUBS and the sparse head: a weighted cross-entropy at the masked positions (method.fused_loss)."""
     packable = True
     """Packed documents: one t per row, each document's term unbiased (module docstring)."""
 
@@ -90,6 +92,9 @@ class MDLM(Method):
                               f"needs method.num_timesteps=0 and SUBS (got num_timesteps={config.num_timesteps}, "
                               f"subs={self.subs}); use antithetic_jitter")
         self.time_sampling = config.time_sampling
+        if config.fused_loss is True and not (self.subs and config.head_at_masked):
+            raise ConfigError("method.fused_loss=true needs mdlm's SUBS loss at the masked positions (method.subs "
+                              "and method.head_at_masked true): set it to null or false")
 
     def check_backbone(self, backbone: nn.Module) -> None:
         """mask_count gives the denoiser no time: refuse a time-conditioned backbone."""
