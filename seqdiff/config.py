@@ -132,9 +132,9 @@ class MethodConfig:
     at a large vocabulary, e.g. GPT-2's, it saves the head's work and memory at the unmasked half). Needs a
     backbone that selects outputs (dit, bert); others compute every position."""
     fused_loss: bool | None = None
-    """mdlm (SUBS, head_at_masked) and ar: the output head and its cross-entropy in one chunked pass that never
-    holds the (N, V) logits (seqdiff/backbones/linear_cross_entropy.py; same loss and gradients to float
-    rounding). null: on with a backbone that has it (dit) at a vocabulary of at least 4,096 ids (GPT-2's,
+    """mdlm and d3pm (with SUBS and head_at_masked), bd3lm and ar: the output head and its cross-entropy in one
+    chunked pass that never holds the (N, V) logits (seqdiff/backbones/linear_cross_entropy.py; same loss and
+    gradients to float rounding). null: on with a backbone that has it (dit) at a vocabulary of at least 4,096 ids (GPT-2's,
     BERT's; at a character vocabulary the logits are small and the plain path is as fast); true: always
     (refused where unavailable); false: never. See reports/bench/fused_loss."""
     num_timesteps: int = 0

@@ -245,7 +245,7 @@ def test_block_decomposition_equals_per_block_mdlm_terms():
     Lb, L, B = 4, 12, 5
     method, model = bd3lm(block_size=Lb), dit()
     x0 = symbols(B, L, seed=6)
-    per_token, scored = method.block_loss(model, Batch(x0), torch.Generator().manual_seed(7), method.train_times)
+    per_token, scored, _ = method.block_loss(model, Batch(x0), torch.Generator().manual_seed(7), method.train_times)
     g = torch.Generator().manual_seed(7)  # the same draws, in the same order: times per block, then masks
     t = method.config.t_min + (1 - method.config.t_min) * unit_times(B * (L // Lb), "antithetic", g).view(B, -1)
     u = torch.rand(x0.shape, generator=g)
@@ -271,7 +271,7 @@ def test_block_nelbo_of_the_exact_denoiser_is_the_nll():
     joint = random_joint(L, seed=1)
     oracle = AttentionOracle(joint, L)
     x = oracle.states[joint.argmax()][None].expand(N, L)
-    per_token, _ = bd3lm(block_size=2).block_loss(oracle, Batch(x), torch.Generator().manual_seed(0),
+    per_token, _, _ = bd3lm(block_size=2).block_loss(oracle, Batch(x), torch.Generator().manual_seed(0),
                                                   (1e-3, 1.0))
     per_seq = per_token.detach().double().sum(-1)
     nll = -float(joint.double().max().log())

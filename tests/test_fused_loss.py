@@ -161,6 +161,9 @@ CASES = {
     "mdlm_packed": ("mdlm", {}, {"packed": True}),
     "mdlm_micro_batch": ("mdlm", {}, {"rows": slice(2, 5)}),
     "d3pm_subs": ("d3pm", {"subs": True}, {}),  # MDLM's loss with the discrete-time weights
+    "bd3lm": ("bd3lm", {"block_size": 4}, {}),  # the head on the x_t half of the 2L pass
+    "bd3lm_one_block": ("bd3lm", {"block_size": 12}, {}),
+    "bd3lm_block_1": ("bd3lm", {"block_size": 1}, {}),
     "ar": ("ar", {}, {}),
     "ar_packed": ("ar", {}, {"packed": True}),
 }
@@ -238,7 +241,7 @@ def test_auto_fuses_from_the_threshold_vocabulary_on():
 
 @pytest.mark.parametrize("kw,match", [
     ({"name": "sedd", "fused_loss": True}, "weighted cross-entropy of the head"),
-    ({"name": "bd3lm", "fused_loss": True}, "weighted cross-entropy of the head"),
+    ({"name": "d3pm", "fused_loss": True}, "head_at_masked"),  # d3pm's default is no SUBS
     ({"subs": False, "fused_loss": True}, "head_at_masked"),
     ({"head_at_masked": False, "fused_loss": True}, "head_at_masked"),
 ])

@@ -52,7 +52,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from seqdiff.backbones.dit import DiT
 from seqdiff.config import ConfigError, MethodConfig
 from seqdiff.methods.base import Batch, MethodOutput
 from seqdiff.methods.mdlm import MDLM
@@ -183,18 +182,28 @@ class BD3LM(MDLM):
         return block_causal_mask(seq_len, self.block_size, str(device))
 
     def block_logits(self, backbone: nn.Module, xt: Tensor, x0: Tensor,
-                     attention_mask: Tensor | None = None) -> Tensor:
-        """Denoiser logits (B, L, V) of every block given its clean prefix, in one pass over x_t + x_0."""
+                     attention_mask: Tensor | None = None, **head) -> Tensor | tuple[Tensor, Tensor]:
+        """Denoiser logits (B, L, V) of every block given its clean prefix, in one pass over x_t + x_0.
+
+        A backbone that selects outputs runs its head on the noisy half only, through its forward (so that
+        FSDP's and DDP's hooks gather and see the head's weights; calling its parts directly fails under
+        train.strategy=fsdp2). `head`: exclude_id, targets, token_weight for that head (DiT.forward), one per
+        position of the noisy half, flat; with targets the result is the fused loss, not logits."""
         B, L = xt.shape
         if self.block_size >= L:  # one block: no prefix, the plain bidirectional forward
-            return backbone(xt, attention_mask=attention_mask)
+            return backbone(xt, attention_mask=attention_mask, **head)
         tokens = torch.cat([xt, x0], dim=1)  # (B, 2L)
         positions = torch.arange(L, device=xt.device).repeat(2)  # (2L,) both halves at 0..L-1
         mask = training_mask(L, self.block_size, str(xt.device))  # (2L, 2L)
         pad = None if attention_mask is None else torch.cat([attention_mask, attention_mask], dim=1).bool()
         kwargs = {"attention_mask": pad, "attn_mask": mask, "positions": positions}
-        if isinstance(backbone, DiT):  # the output head only for the noisy half
-            return backbone.output(backbone.hidden_states(tokens, **kwargs)[:, :L]).float()  # (B, L, V)
+        if getattr(backbone, "selects_outputs", False):  # the output head only for the noisy half
+            rows = torch.arange(B, device=xt.device)[:, None] * (2 * L)  # (B, 1) start of each row's 2L
+            index = (rows + torch.arange(L, device=xt.device)).flatten()  # (B L,) the x_t half, row-major
+            out = backbone(tokens, output_index=index, **kwargs, **head)
+            return out if "targets" in head else out.view(B, L, -1)  # (B, L, V)
+        if head:
+            raise ValueError("block_logits: head options need a backbone that selects outputs")
         return backbone(tokens, **kwargs)[:, :L]
 
     def sample_block_times(self, batch_size: int, num_blocks: int, device, generator: torch.Generator | None,
@@ -206,7 +215,8 @@ class BD3LM(MDLM):
 
     def block_loss(self, backbone: nn.Module, batch: Batch, generator: torch.Generator | None,
                    times: tuple[float, float]) -> tuple[Tensor, Tensor]:
-        """(per-token NELBO terms (B, L) in float32, scored (B, L)): one draw of t per block and of x_t."""
+        """(per-token NELBO terms (B, L) in float32, scored (B, L), their sum): one draw of t per block and of
+        x_t. The sum carries the gradient; with method.fused_loss the per-token terms carry none."""
         batch = Batch.from_any(batch)
         x0 = batch.input_ids  # (B, L)
         B, L = x0.shape
@@ -222,14 +232,21 @@ class BD3LM(MDLM):
             u = torch.rand(x0.shape, generator=generator, device=x0.device)
             xt = torch.where((u < p_mask) & scored, self.mask_id, x0)  # (B, L)
             weight = self.schedule.nelbo_weight(t)  # (B, L)
+        masked = xt == self.mask_id  # SUBS carry-over: only masked positions carry loss
+        if self.uses_fused_loss(backbone):  # method.fused_loss: the weighted sum without the (B, L, V) logits
+            token_weight = torch.where(masked, weight, torch.zeros_like(weight)).float()  # (B, L)
+            total, nll = self.block_logits(backbone, xt, x0, batch.attention_mask, exclude_id=self.mask_id,
+                                           targets=x0.flatten(), token_weight=token_weight.flatten())
+            per_token = token_weight * nll.view_as(x0).to(token_weight.dtype)  # (B, L), no gradient
+            return per_token, scored, total
         logits = self.subs_logits(self.block_logits(backbone, xt, x0, batch.attention_mask))  # (B, L, V)
         nll = F.cross_entropy(logits.flatten(0, 1).float(), x0.flatten(), reduction="none").view_as(x0)
-        masked = xt == self.mask_id  # SUBS carry-over: only masked positions carry loss
-        return torch.where(masked, weight * nll, torch.zeros_like(nll)), scored
+        per_token = torch.where(masked, weight * nll, torch.zeros_like(nll))
+        return per_token, scored, per_token.sum()
 
-    def _output(self, per_token: Tensor, scored: Tensor) -> MethodOutput:
+    def _output(self, per_token: Tensor, scored: Tensor, total: Tensor) -> MethodOutput:
         num_tokens = scored.sum().to(torch.float64)
-        loss = per_token.sum() / num_tokens.clamp(min=1).to(per_token.dtype)
+        loss = total / num_tokens.clamp(min=1).to(total.dtype)
         return MethodOutput(loss=loss, nll_sum=per_token.detach().to(torch.float64).sum(), num_tokens=num_tokens)
 
     # ------------------------------------------------------------------ objective
@@ -238,8 +255,8 @@ class BD3LM(MDLM):
         if Batch.from_any(batch).segment_ids is not None:
             raise ValueError("bd3lm does not take packed documents (segment_ids); use data.text.block_mode=padded")
 
-    fusable_loss = False
-    """Its block loss reads the logits of the x_t half of a 2L pass itself (method.fused_loss is mdlm's and ar's)."""
+    fusable_loss = True
+    """The block loss is a weighted cross-entropy of the head over the x_t half (method.fused_loss)."""
 
     def uses_sparse_head(self, backbone: nn.Module) -> bool:
         """No: the block loss runs the head on the whole x_t half of its one 2L pass (method.head_at_masked is
@@ -270,7 +287,7 @@ def clip_variance(method: BD3LM, backbone: nn.Module, batches: list, candidates:
         for batch in batches:
             values = []
             for _ in range(draws):
-                per_token, scored = method.block_loss(backbone, batch, generator, (lo, hi))
+                per_token, scored, _ = method.block_loss(backbone, batch, generator, (lo, hi))
                 values.append(float(per_token.double().sum() / scored.sum().clamp(min=1)))
             variances.append(torch.tensor(values, dtype=torch.float64).var().item())
         out[(beta, omega)] = float(sum(variances) / len(variances))
