@@ -134,9 +134,9 @@ class MethodConfig:
     fused_loss: bool | None = None
     """mdlm and d3pm (with SUBS and head_at_masked), bd3lm and ar: the output head and its cross-entropy in one
     chunked pass that never holds the (N, V) logits (seqdiff/backbones/linear_cross_entropy.py; same loss and
-    gradients to float rounding). null: on with a backbone that has it (dit) at a vocabulary of at least 4,096 ids (GPT-2's,
-    BERT's; at a character vocabulary the logits are small and the plain path is as fast); true: always
-    (refused where unavailable); false: never. See reports/bench/fused_loss."""
+    gradients to float rounding). null: on with a backbone that has it (dit, bert) at a vocabulary of at least
+    4,096 ids (GPT-2's, BERT's; at a character vocabulary the logits are small and the plain path is as fast);
+    true: always (refused where unavailable); false: never. See reports/bench/fused_loss."""
     num_timesteps: int = 0
     """0: continuous-time NELBO; T > 0: the discrete-time NELBO with T steps (d3pm is discrete: 0 means 1000)."""
     t_min: float = 1e-3

@@ -130,9 +130,10 @@ def test_default_chunk_follows_the_vocabulary_and_device():
 TINY = ModelConfig(hidden_size=16, n_layers=2, n_heads=2, max_seq_len=12, cond_dim=8, time_conditioning=False)
 
 
-def _net(causal, conditioned=False):
+def _net(causal, conditioned=False, backbone="dit"):
     torch.manual_seed(0)
-    return build_backbone(dataclasses.replace(TINY, time_conditioning=conditioned), TOK.vocab_size, causal=causal)
+    cfg = dataclasses.replace(TINY, time_conditioning=conditioned, backbone=backbone)
+    return build_backbone(cfg, TOK.vocab_size, causal=causal)
 
 
 def _batch(packed=False):
@@ -159,6 +160,8 @@ CASES = {
     "mdlm_pairs": ("mdlm", {"complementary_masks": True}, {}),
     "mdlm_time_conditioned": ("mdlm", {}, {"conditioned": True}),
     "mdlm_packed": ("mdlm", {}, {"packed": True}),
+    "mdlm_bert": ("mdlm", {}, {"backbone": "bert"}),  # the decoder is the word embedding (tied)
+    "mdlm_bert_packed": ("mdlm", {}, {"backbone": "bert", "packed": True}),
     "mdlm_micro_batch": ("mdlm", {}, {"rows": slice(2, 5)}),
     "d3pm_subs": ("d3pm", {"subs": True}, {}),  # MDLM's loss with the discrete-time weights
     "bd3lm": ("bd3lm", {"block_size": 4}, {}),  # the head on the x_t half of the 2L pass
@@ -175,7 +178,7 @@ def test_fused_loss_leaves_loss_and_gradients_unchanged(case):
     from seqdiff.methods import METHODS
 
     cls = METHODS[name]
-    net = _net(causal=name == "ar", conditioned=opts.get("conditioned", False))
+    net = _net(causal=name == "ar", conditioned=opts.get("conditioned", False), backbone=opts.get("backbone", "dit"))
     batch = _batch(opts.get("packed", False))
     kw = {"rows": opts["rows"]} if "rows" in opts else {}
     fused = cls(MethodConfig(name=name, fused_loss=True, **method_kw), TOK)
@@ -236,7 +239,7 @@ def test_auto_fuses_from_the_threshold_vocabulary_on():
     assert MDLM(MethodConfig(), TOK).uses_fused_loss(big)
     assert not MDLM(MethodConfig(fused_loss=False), TOK).uses_fused_loss(big)
     bert = build_backbone(dataclasses.replace(TINY, backbone="bert"), FUSED_LOSS_MIN_VOCAB, causal=False)
-    assert not MDLM(MethodConfig(), TOK).uses_fused_loss(bert)  # no fused head: the plain path
+    assert MDLM(MethodConfig(), TOK).uses_fused_loss(bert)  # bert-base-uncased's 30,522 ids: fused
 
 
 @pytest.mark.parametrize("kw,match", [
@@ -257,10 +260,9 @@ def test_a_bad_fused_loss_value_is_refused():
         MethodConfig(fused_loss="yes")
 
 
-@pytest.mark.parametrize("backbone,rc", [("bert", "none"), ("dit", "shared")])
-def test_fused_loss_on_with_a_backbone_without_it_is_refused(backbone, rc):
-    tok = NucleotideTokenizer() if rc != "none" else TOK
-    model = dataclasses.replace(TINY, backbone=backbone, rc_equivariant=rc)
+def test_fused_loss_on_with_a_backbone_without_it_is_refused():
+    tok = NucleotideTokenizer()
+    model = dataclasses.replace(TINY, rc_equivariant="shared")
     with pytest.raises(ConfigError, match="method.fused_loss=true needs a backbone"):
         build_model(model, MethodConfig(fused_loss=True), tok)
 

@@ -34,6 +34,7 @@ from torch import Tensor, nn
 from seqdiff.backbones.activations import ACTIVATIONS
 from seqdiff.backbones.attention import attention
 from seqdiff.backbones.dit import bias_excluding, init_normal_002, select_positions
+from seqdiff.backbones.linear_cross_entropy import linear_cross_entropy
 from seqdiff.config import ConfigError, ModelConfig
 
 LAYER_NORM_EPS = 1e-12
@@ -110,9 +111,12 @@ class BertLMHead(nn.Module):
         self.bias = nn.Parameter(torch.zeros(vocab_size))
         self.activation = ACTIVATIONS[activation]
 
+    def transform(self, h: Tensor) -> Tensor:
+        """What the decoder reads: LayerNorm(activation(dense(h))), (..., H)."""
+        return self.norm(self.activation(self.dense(h)))
+
     def forward(self, h: Tensor, word_embeddings: Tensor, exclude_id: int | None = None) -> Tensor:
-        t = self.norm(self.activation(self.dense(h)))  # (B, L, H)
-        return F.linear(t, word_embeddings, bias_excluding(self.bias, exclude_id))  # (B, L, V)
+        return F.linear(self.transform(h), word_embeddings, bias_excluding(self.bias, exclude_id))  # (B, L, V)
 
 
 class Bert(nn.Module):
@@ -122,6 +126,8 @@ class Bert(nn.Module):
     """Takes packed documents (`segment_ids`, per-row `positions` into its position table)."""
     selects_outputs = True
     """forward(output_index=...) runs the masked-LM head at those positions only (as the DiT)."""
+    fuses_loss = True
+    """forward(targets=..., token_weight=...): the head's cross-entropy without the logits (as the DiT)."""
 
     def __init__(self, cfg: ModelConfig, vocab_size: int, causal: bool) -> None:
         super().__init__()
@@ -143,12 +149,21 @@ class Bert(nn.Module):
     def forward(self, input_ids: Tensor, noise_level: Tensor | None = None,
                 attention_mask: Tensor | None = None, *, segment_ids: Tensor | None = None,
                 positions: Tensor | None = None, output_index: Tensor | None = None,
-                exclude_id: int | None = None) -> Tensor:
+                exclude_id: int | None = None, targets: Tensor | None = None,
+                token_weight: Tensor | None = None) -> Tensor | tuple[Tensor, Tensor]:
         """Logits (B, L, vocab_size) in float32; `noise_level` is accepted and ignored (no time conditioning).
         output_index: (N,) flat positions b * L + i, the logits (N, V) of those only; exclude_id: that id's
-        logit -inf (as DiT.forward)."""
+        logit -inf; targets, token_weight: the fused loss instead of logits (all as DiT.forward). The decoder
+        weight is the word embedding, so its gradient from the loss adds to the embedding's own."""
         h = self.hidden_states(input_ids, noise_level, attention_mask, segment_ids=segment_ids, positions=positions)
-        return self.output(select_positions(h, output_index), exclude_id)
+        h = select_positions(h, output_index)
+        if targets is None:
+            return self.output(h, exclude_id)
+        if token_weight is None:
+            raise ValueError("Bert.forward: targets need their token_weight (N,)")
+        t = self.head.transform(h)
+        return linear_cross_entropy(t.reshape(-1, t.shape[-1]), self.embeddings.word.weight,
+                                    bias_excluding(self.head.bias, exclude_id), targets, token_weight)
 
     def output(self, h: Tensor, exclude_id: int | None = None) -> Tensor:
         """Hidden states (B, L, H) -> logits (B, L, V) through the masked-LM head (`exclude_id`: -inf there)."""

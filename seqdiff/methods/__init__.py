@@ -56,8 +56,9 @@ def build_model(model: ModelConfig, method_config: MethodConfig, tokenizer: Toke
                               complement_ids=getattr(tokenizer, "complement_ids", None))
     method.check_backbone(backbone)
     if getattr(method_config, "fused_loss", None) is True and not getattr(backbone, "fuses_loss", False):
-        raise ConfigError(f"method.fused_loss=true needs a backbone that computes its loss without the logits (dit, "
-                          f"not wrapped for reverse-complement equivariance); model.backbone={model.backbone}, "
+        raise ConfigError(f"method.fused_loss=true needs a backbone that computes its loss without the logits "
+                          f"(dit, bert, not wrapped for reverse-complement equivariance); model.backbone="
+                          f"{model.backbone}, "
                           f"model.rc_equivariant={model.rc_equivariant}: set method.fused_loss to null or false")
     return method, backbone, model
 
