@@ -128,9 +128,9 @@ class MethodConfig:
     """mdlm: score each row twice per step, with its mask and the (near-)complementary one (twice the rows per
     forward; halve data.batch_size for equal cost). Unbiased; see seqdiff/methods/mdlm.py and reports/variance."""
     head_at_masked: bool = True
-    """mdlm with SUBS: compute the output head only at masked positions, the only ones with a loss (same loss;
-    at a large vocabulary, e.g. GPT-2's, it saves the head's work and memory at the unmasked half). Needs a
-    backbone that selects outputs (dit, bert); others compute every position."""
+    """mdlm with SUBS and bd3lm (its x_t half): compute the output head only at masked positions, the only ones
+    with a loss (same loss; at a large vocabulary, e.g. GPT-2's, it saves the head's work and memory at the
+    unmasked half). Needs a backbone that selects outputs (dit, bert); others compute every position."""
     fused_loss: bool | None = None
     """mdlm and d3pm (with SUBS and head_at_masked), bd3lm and ar: the output head and its cross-entropy in one
     chunked pass that never holds the (N, V) logits (seqdiff/backbones/linear_cross_entropy.py; same loss and

@@ -200,3 +200,17 @@ def test_bench_unfused_times_the_plain_loss_beside_the_fused_one(tmp_path, keep_
         assert data["fused_loss"][default] and not data["fused_loss"][unfused]
         assert data["ratio_fused_loss_vs_unfused"][default]["median"] > 0
     assert "**Fused head and loss**" in (tmp_path / "bench.md").read_text()
+
+
+def test_the_bd3lm_head_experiment_times_three_heads(tmp_path, keep_threads):
+    """experiments.bd3lm_head: the full, sparse and sparse fused heads, one round each (vocabulary 4,096, where
+    the default fuses), and the ratios it reports."""
+    from experiments import bd3lm_head
+
+    torch.set_num_threads(1)
+    assert bd3lm_head.main(["--rounds", "1", "--warmup", "0", "--vocab-size", "4096", "--out", str(tmp_path)]) == 0
+    data = json.loads((tmp_path / "results.json").read_text())
+    assert set(data["tokens_per_s"]) == {"full", "sparse", "sparse fused"}
+    assert set(data["ratio_over_full"]) == {"sparse", "sparse fused"}
+    assert data["masked_share"] == pytest.approx(0.5, abs=1e-3)  # (1 - eps)(1 + t_min) / 2
+    assert "| sparse fused |" in (tmp_path / "table.md").read_text()

@@ -172,7 +172,9 @@ def test_head_share_is_a_fact_of_the_method_and_backbone():
     dna = NucleotideTokenizer()
     assert MDLM(MethodConfig(), dna).head_share(_backbone(rc="shared", tokenizer=dna)) == 1.0
     assert METHODS["ar"](MethodConfig(name="ar"), TOK).head_share(_backbone()) == 1.0
-    assert METHODS["bd3lm"](MethodConfig(name="bd3lm"), TOK).head_share(_backbone()) == 1.0
+    bd3lm = METHODS["bd3lm"](MethodConfig(name="bd3lm", clip_min=0.3, clip_max=0.8), TOK)
+    assert bd3lm.head_share(_backbone()) == pytest.approx(0.55, rel=1e-9)  # mask rates uniform on [0.3, 0.8]
+    assert METHODS["bd3lm"](MethodConfig(name="bd3lm", block_size=1), TOK).head_share(_backbone()) == 1.0
 
 
 @pytest.mark.parametrize("temperature", [1.0, 0.7, 0.0])
@@ -202,3 +204,28 @@ def test_samplers_draw_the_same_tokens_with_the_sparse_head(sampler):
         tokens[sparse] = smp.generate(4, 12, torch.Generator().manual_seed(9)).tokens
     assert (tokens[True] != TOK.mask_id).all()
     torch.testing.assert_close(tokens[True], tokens[False])
+
+
+@pytest.mark.parametrize("block_size,clip", [(4, None), (4, (0.3, 0.8)), (12, None), (1, None)])
+def test_bd3lm_head_at_masked_leaves_terms_loss_and_gradients_unchanged(block_size, clip):
+    """bd3lm runs the head at the masked positions of its x_t half only: per-token terms, loss and gradients are
+    those of the head at every x_t position (block sizes inside, equal to and below the sequence; clipped)."""
+    from seqdiff.methods import METHODS
+
+    net = _backbone()
+    batch = _batch()
+    kw = {} if clip is None else {"clip_min": clip[0], "clip_max": clip[1]}
+    out = {}
+    for sparse in (True, False):
+        method = METHODS["bd3lm"](MethodConfig(name="bd3lm", block_size=block_size, head_at_masked=sparse, **kw), TOK)
+        assert method.uses_sparse_head(net) == sparse
+        net.zero_grad()
+        per_token, scored, total = method.block_loss(net, batch, torch.Generator().manual_seed(5), method.train_times)
+        total.backward()
+        out[sparse] = per_token.detach(), total.detach(), {n: p.grad.clone() for n, p in net.named_parameters()
+                                                            if p.grad is not None}
+    torch.testing.assert_close(out[True][0], out[False][0], rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(out[True][1], out[False][1], rtol=1e-6, atol=1e-6)
+    assert out[True][2].keys() == out[False][2].keys()
+    for name in out[False][2]:
+        torch.testing.assert_close(out[True][2][name], out[False][2][name], rtol=1e-5, atol=1e-6, msg=name)

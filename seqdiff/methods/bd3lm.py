@@ -39,6 +39,11 @@ Design choices
   one), and the clean prefix held in the sampler's KV cache must not depend on the time. The reference
   trains bd3lm without time conditioning too.
 - Continuous time only (method.num_timesteps = 0) and SUBS only.
+- The output head runs at the masked positions of the x_t half only (method.head_at_masked, as in MDLM: the
+  only positions with a SUBS loss; their expected share is `masked_share`), through the backbone's forward so
+  that FSDP's hooks see it, and with method.fused_loss the head and its cross-entropy are one chunked pass
+  without the logits (seqdiff.backbones.linear_cross_entropy). Both give the full computation's terms and
+  gradients (tested). The reference runs the head on the whole x_t half.
 
 Facts of the method: a bound, not an exact likelihood (except L' = 1); default sampler `bd3lm`
 (seqdiff.samplers.bd3lm: block by block with an exact KV cache of the clean prefix).
@@ -181,28 +186,29 @@ class BD3LM(MDLM):
         Exported models (seqdiff.hf) run their forward under it."""
         return block_causal_mask(seq_len, self.block_size, str(device))
 
-    def block_logits(self, backbone: nn.Module, xt: Tensor, x0: Tensor,
-                     attention_mask: Tensor | None = None, **head) -> Tensor | tuple[Tensor, Tensor]:
+    def block_logits(self, backbone: nn.Module, xt: Tensor, x0: Tensor, attention_mask: Tensor | None = None,
+                     index: Tensor | None = None, **head) -> Tensor | tuple[Tensor, Tensor]:
         """Denoiser logits (B, L, V) of every block given its clean prefix, in one pass over x_t + x_0.
 
         A backbone that selects outputs runs its head on the noisy half only, through its forward (so that
         FSDP's and DDP's hooks gather and see the head's weights; calling its parts directly fails under
-        train.strategy=fsdp2). `head`: exclude_id, targets, token_weight for that head (DiT.forward), one per
-        position of the noisy half, flat; with targets the result is the fused loss, not logits."""
+        train.strategy=fsdp2). index: (N,) flat positions b * L + i of the noisy half: the head there only,
+        logits (N, V) (the sparse head). `head`: exclude_id, targets, token_weight for that head (DiT.forward),
+        one per output position; with targets the result is the fused loss, not logits."""
         B, L = xt.shape
         if self.block_size >= L:  # one block: no prefix, the plain bidirectional forward
-            return backbone(xt, attention_mask=attention_mask, **head)
+            return backbone(xt, attention_mask=attention_mask, **({} if index is None else {"output_index": index}),
+                            **head)
         tokens = torch.cat([xt, x0], dim=1)  # (B, 2L)
         positions = torch.arange(L, device=xt.device).repeat(2)  # (2L,) both halves at 0..L-1
         mask = training_mask(L, self.block_size, str(xt.device))  # (2L, 2L)
         pad = None if attention_mask is None else torch.cat([attention_mask, attention_mask], dim=1).bool()
         kwargs = {"attention_mask": pad, "attn_mask": mask, "positions": positions}
         if getattr(backbone, "selects_outputs", False):  # the output head only for the noisy half
-            rows = torch.arange(B, device=xt.device)[:, None] * (2 * L)  # (B, 1) start of each row's 2L
-            index = (rows + torch.arange(L, device=xt.device)).flatten()  # (B L,) the x_t half, row-major
-            out = backbone(tokens, output_index=index, **kwargs, **head)
-            return out if "targets" in head else out.view(B, L, -1)  # (B, L, V)
-        if head:
+            flat = torch.arange(B * L, device=xt.device) if index is None else index  # (N,) in the (B, L) layout
+            out = backbone(tokens, output_index=flat + (flat // L) * L, **kwargs, **head)  # b 2L + i in (B, 2L)
+            return out if "targets" in head or index is not None else out.view(B, L, -1)  # (B, L, V) or (N, V)
+        if head or index is not None:
             raise ValueError("block_logits: head options need a backbone that selects outputs")
         return backbone(tokens, **kwargs)[:, :L]
 
@@ -233,12 +239,20 @@ class BD3LM(MDLM):
             xt = torch.where((u < p_mask) & scored, self.mask_id, x0)  # (B, L)
             weight = self.schedule.nelbo_weight(t)  # (B, L)
         masked = xt == self.mask_id  # SUBS carry-over: only masked positions carry loss
-        if self.uses_fused_loss(backbone):  # method.fused_loss: the weighted sum without the (B, L, V) logits
-            token_weight = torch.where(masked, weight, torch.zeros_like(weight)).float()  # (B, L)
-            total, nll = self.block_logits(backbone, xt, x0, batch.attention_mask, exclude_id=self.mask_id,
-                                           targets=x0.flatten(), token_weight=token_weight.flatten())
-            per_token = token_weight * nll.view_as(x0).to(token_weight.dtype)  # (B, L), no gradient
-            return per_token, scored, total
+        if self.uses_sparse_head(backbone):  # the head (and loss) at the masked positions of x_t only
+            index = masked.flatten().nonzero()[:, 0]  # (N,) flat b * L + i
+            torch._dynamo.maybe_mark_dynamic(index, 0)
+            token_weight, targets = weight.flatten()[index].float(), x0.flatten()[index]  # (N,) each
+            if self.uses_fused_loss(backbone):  # method.fused_loss: the weighted sum without the (N, V) logits
+                total, nll = self.block_logits(backbone, xt, x0, batch.attention_mask, index, exclude_id=self.mask_id,
+                                               targets=targets, token_weight=token_weight)
+                terms = (token_weight * nll.to(token_weight.dtype)).detach()  # (N,), no gradient
+            else:
+                logits = self.block_logits(backbone, xt, x0, batch.attention_mask, index, exclude_id=self.mask_id)
+                terms = token_weight * F.cross_entropy(logits.float(), targets, reduction="none")  # (N,)
+                total = terms.sum()
+            per_token = torch.zeros(x0.numel(), dtype=terms.dtype, device=x0.device).index_put((index,), terms)
+            return per_token.view_as(x0), scored, total
         logits = self.subs_logits(self.block_logits(backbone, xt, x0, batch.attention_mask))  # (B, L, V)
         nll = F.cross_entropy(logits.flatten(0, 1).float(), x0.flatten(), reduction="none").view_as(x0)
         per_token = torch.where(masked, weight * nll, torch.zeros_like(nll))
@@ -258,10 +272,15 @@ class BD3LM(MDLM):
     fusable_loss = True
     """The block loss is a weighted cross-entropy of the head over the x_t half (method.fused_loss)."""
 
-    def uses_sparse_head(self, backbone: nn.Module) -> bool:
-        """No: the block loss runs the head on the whole x_t half of its one 2L pass (method.head_at_masked is
-        MDLM's)."""
-        return False
+    def masked_share(self) -> float:
+        """Expected share of the scored positions a training draw masks (where method.head_at_masked runs the
+        head): the mean of 1 - alpha(t) over t ~ U[train_times] (the clipped range; midpoint rule), 1 for
+        one-token blocks (always masked)."""
+        if self.block_size == 1:
+            return 1.0
+        lo, hi = self.train_times
+        t = lo + (hi - lo) * (torch.arange(4096, dtype=torch.float64) + 0.5) / 4096
+        return float(self.schedule.mask_probability(t).mean())
 
     def loss(self, backbone: nn.Module, batch: Batch, generator: torch.Generator | None = None) -> MethodOutput:
         """The training objective: the block NELBO with t in `train_times` (the clipped range, if any)."""
