@@ -108,6 +108,21 @@ def test_bf16_autocast_matches_the_plain_path_to_bf16_rounding():
         torch.testing.assert_close(g, r, rtol=5e-2, atol=5e-2)
 
 
+def test_bf16_parameters_without_autocast_get_bf16_gradients_close_to_the_plain_path():
+    """A model cast to bf16 (no autocast): gradients come back in the parameters' dtype, accumulated in float32."""
+    hidden, weight, bias, targets, token_weight = (t.detach().to(torch.bfloat16).requires_grad_(t.requires_grad)
+                                                   if t.is_floating_point() else t
+                                                   for t in _inputs(n=40, h=32, v=300, dtype=torch.float32))
+    token_weight = token_weight.detach()
+    leaves = [hidden, weight, bias]
+    ref = _grads(lambda: _plain_autocast(hidden, weight, bias, targets, token_weight), leaves)
+    got = _grads(lambda: linear_cross_entropy(hidden, weight, bias, targets, token_weight, 7), leaves)
+    torch.testing.assert_close(got[0].float(), ref[0].float(), rtol=2e-2, atol=1e-1)
+    for g, r in zip(got[2], ref[2]):
+        assert g.dtype == torch.bfloat16
+        torch.testing.assert_close(g.float(), r.float(), rtol=5e-2, atol=5e-2)
+
+
 def _plain_autocast(hidden, weight, bias, targets, token_weight):
     nll = F.cross_entropy(F.linear(hidden, weight, bias).float(), targets, reduction="none")
     return (token_weight * nll).sum(), nll

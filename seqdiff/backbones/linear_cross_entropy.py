@@ -81,8 +81,11 @@ class _LinearCrossEntropy(torch.autograd.Function):
                 grad_h[start:end] = g @ weight  # (c, H); under autocast a low-precision matmul, as the plain path
             if want_w and autocast:
                 grad_w += g.t() @ h  # (V, H) from a low-precision matmul, accumulated in float32
-            elif want_w:
-                grad_w.addmm_(g.t(), h)  # (V, H) accumulated in place: no (V, H) temporary per chunk
+            elif want_w:  # (V, H) accumulated in place (no (V, H) temporary per chunk), at least in float32
+                grad_w.addmm_(probs.t().to(grad_w.dtype), h.to(grad_w.dtype))
+        # low-precision weights (bf16 parameters, no autocast) get their gradients in their own dtype
+        grad_w = grad_w.to(weight.dtype) if want_w else None
+        grad_b = grad_b.to(bias.dtype) if want_b else None
         ctx.save_for_backward(grad_h, grad_w, grad_b)
         ctx.mark_non_differentiable(nll)
         total = (token_weight.to(acc) * nll).sum()
