@@ -300,3 +300,21 @@ def test_mean_gradient_agreement_is_about_one_for_unbiased_estimators_and_large_
     agree = mean_gradient_agreement(means, stats, "antithetic")
     assert agree["mask_count"] < 4, agree  # chi-square-like with mean 1 over many coordinates
     assert agree["uniform"] > 20, agree
+
+
+def test_mask_count_importance_gains_closed_forms():
+    """experiments.mask_count_moments.gains: constant m2 gains nothing; m2 = c / k (and ||E g||^2 = 0) gains
+    mean(1/k) / mean(k^-1/2)^2, and there q ∝ k^(-1/2) is the optimal proposal."""
+    import numpy as np
+
+    from experiments.mask_count_moments import gains
+
+    n = 64
+    flat = gains([1, n], [2.0, 2.0], 0.5, n)
+    assert flat["optimal_variance_ratio"] == pytest.approx(1.0) and flat["root_k_variance_ratio"] > 0
+    k = np.arange(1, n + 1)
+    g = gains(list(k), list(3.0 / k), 0.0, n)
+    expected = np.mean(1 / k) / np.mean(k ** -0.5) ** 2
+    assert g["optimal_variance_ratio"] == pytest.approx(expected, rel=1e-9)
+    assert g["root_k_variance_ratio"] == pytest.approx(expected, rel=1e-9)
+    assert g["optimal_second_moment"] <= g["root_k_second_moment"] * (1 + 1e-12)
