@@ -43,14 +43,16 @@ class Arm:
 
     time_sampling: str
     complementary: bool = False
+    mask_count_law: str = "uniform"
 
     @property
     def label(self) -> str:
-        return f"{self.time_sampling} complementary pairs" if self.complementary else self.time_sampling
+        name = self.time_sampling + ("" if self.mask_count_law == "uniform" else f" {self.mask_count_law}")
+        return f"{name} complementary pairs" if self.complementary else name
 
 
 ARMS = [Arm("antithetic"), Arm("uniform"), Arm("antithetic_jitter"), Arm("mask_count"), Arm("antithetic", True),
-        Arm("mask_count", True)]
+        Arm("mask_count", True), Arm("mask_count", mask_count_law="inverse_sqrt")]
 EVAL_SAMPLING = "mask_count"
 """The estimator every checkpoint is scored with (the lowest-variance one; unbiased for the untruncated bound)."""
 
@@ -69,6 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seeds", type=int, default=1, help="initialization and data seeds (0..N-1)")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     p.add_argument("--out", default=str(DEFAULT_OUT), help="output folder")
+    p.add_argument("--arms", default="", help="comma-separated arm labels to train (default: every arm)")
     return p
 
 
@@ -89,7 +92,8 @@ def train_arm(arm: Arm, seed: int, args, tokenizer, train_windows, valid: torch.
     model_config = ModelConfig(preset=args.preset, max_seq_len=args.seq_len, **MODEL_PRESETS[args.preset])
     torch.manual_seed(seed)
     method, backbone, _ = build_model(model_config, MethodConfig(
-        name="mdlm", time_sampling=arm.time_sampling, complementary_masks=arm.complementary), tokenizer)
+        name="mdlm", time_sampling=arm.time_sampling, complementary_masks=arm.complementary,
+        mask_count_law=arm.mask_count_law), tokenizer)
     scorer = build_method(MethodConfig(name="mdlm", time_sampling=EVAL_SAMPLING), tokenizer)
     optimizer, scheduler = adamw_with_warmup(backbone.parameters(), lr_multiplier(args.warmup), lr=args.lr)
     rows = args.batch_size // 2 if arm.complementary else args.batch_size  # windows per step at equal cost
@@ -147,6 +151,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.batch_size % 2:
         raise SystemExit(f"--batch-size {args.batch_size}: complementary pairs need an even number of rows")
+    unknown = set(args.arms.split(",")) - {a.label for a in ARMS} if args.arms else set()
+    if unknown:
+        raise SystemExit(f"--arms: unknown {sorted(unknown)}; choose among {[a.label for a in ARMS]}")
     if args.threads:
         torch.set_num_threads(args.threads)
     t0 = time.perf_counter()
@@ -158,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     runs = []
     for seed in range(args.seeds):
         train_windows = RandomWindowBatches(train_tokens, args.seq_len, args.batch_size, seed=seed)
-        for arm in ARMS:
+        for arm in [a for a in ARMS if not args.arms or a.label in args.arms.split(",")]:
             run = train_arm(arm, seed, args, tokenizer, train_windows, valid)
             runs.append(run)
             print(f"[{time.perf_counter() - t0:.0f}s] seed {seed} {arm.label}: "

@@ -35,7 +35,9 @@ BASELINE = "antithetic"
 """The estimator the ratios are taken against: seqdiff's time sampler before method.time_sampling had a choice."""
 ESTIMATORS = [Estimator("uniform"), Estimator("antithetic"), Estimator("antithetic_jitter"), Estimator("mask_count"),
               Estimator("antithetic", masks_per_sequence=2), Estimator("antithetic", complementary=True),
-              Estimator("mask_count", masks_per_sequence=2), Estimator("mask_count", complementary=True)]
+              Estimator("mask_count", masks_per_sequence=2), Estimator("mask_count", complementary=True),
+              Estimator("mask_count", mask_count_law="inverse_sqrt"),
+              Estimator("mask_count", complementary=True, mask_count_law="inverse_sqrt")]
 """Each at B rows per forward: the two-mask estimators (independent or complementary) on B / 2 windows."""
 DEFAULT_OUT = Path("reports") / "variance"
 

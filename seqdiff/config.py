@@ -124,6 +124,10 @@ class MethodConfig:
     """Noise of a training draw: mask_count (mdlm: k ~ U{1..n} masked tokens per row, weight n/k; lowest measured
     variance; continuous time, SUBS, no time conditioning), or times one per stratum: antithetic_jitter
     ((u_i + i)/B), antithetic (one shared offset, (u + i/B) mod 1), uniform (i.i.d.). See reports/variance."""
+    mask_count_law: Literal["uniform", "inverse_sqrt"] = "uniform"
+    """mdlm, time_sampling=mask_count: the law of k, the number of masked tokens of a row: uniform on 1..n
+    (weight n / k), or q(k) ∝ k^(-1/2) (weight sum_j j^(-1/2) / sqrt(k)), which draws few masked tokens, the
+    noisiest rows, more often with smaller weights; both unbiased. reports/variance/mask_count_moments."""
     complementary_masks: bool = False
     """mdlm: score each row twice per step, with its mask and the (near-)complementary one (twice the rows per
     forward; halve data.batch_size for equal cost). Unbiased; see seqdiff/methods/mdlm.py and reports/variance."""
@@ -164,6 +168,12 @@ class MethodConfig:
         if self.time_sampling == "mask_count" and self.name != "mdlm":
             raise ConfigError(f"method.time_sampling=mask_count is mdlm's; method.name={self.name} draws times: use "
                               f"antithetic_jitter, antithetic or uniform")
+        if self.mask_count_law not in ("uniform", "inverse_sqrt"):
+            raise ConfigError(f"method.mask_count_law={self.mask_count_law!r} is not allowed; choose one of "
+                              f"['uniform', 'inverse_sqrt']")
+        if self.mask_count_law != "uniform" and self.time_sampling != "mask_count":
+            raise ConfigError(f"method.mask_count_law={self.mask_count_law} is the law of mask_count's k; "
+                              f"method.time_sampling={self.time_sampling} draws times: set it to uniform")
         if self.complementary_masks and self.name != "mdlm":
             raise ConfigError(f"method.complementary_masks is mdlm's; method.name={self.name} does not pair its "
                               f"masks: set it to false")

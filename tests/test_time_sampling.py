@@ -172,12 +172,13 @@ def test_mask_count_is_the_time_integral_without_truncation():
     assert not torch.allclose(by_count, by_time, rtol=1e-6, atol=0)  # the truncation is there, and small
 
 
+@pytest.mark.parametrize("law", ["uniform", "inverse_sqrt"])
 @pytest.mark.parametrize("pairs", [False, True], ids=["", "complementary"])
-def test_mask_count_mc_loss_unbiased(pairs):
+def test_mask_count_mc_loss_unbiased(pairs, law):
     L = 4
     net = TinyNet(L)
     x0 = torch.randint(0, 3, (3, L), generator=torch.Generator().manual_seed(3))
-    method = MDLM(MethodConfig(time_sampling="mask_count", complementary_masks=pairs), TOK)
+    method = MDLM(MethodConfig(time_sampling="mask_count", complementary_masks=pairs, mask_count_law=law), TOK)
     with torch.no_grad():
         exact = _exact_mask_count_nelbo(net, x0).mean().item() / L
         out = method.loss(net, Batch(x0.repeat(10_000 if pairs else 20_000, 1)), torch.Generator().manual_seed(0))
@@ -318,3 +319,38 @@ def test_mask_count_importance_gains_closed_forms():
     assert g["optimal_variance_ratio"] == pytest.approx(expected, rel=1e-9)
     assert g["root_k_variance_ratio"] == pytest.approx(expected, rel=1e-9)
     assert g["optimal_second_moment"] <= g["root_k_second_moment"] * (1 + 1e-12)
+
+
+
+def test_mask_count_inverse_sqrt_law_draws_k_from_q_with_weight_z_over_sqrt_k():
+    """mask_count_law=inverse_sqrt: k ~ q(k) = k^(-1/2) / Z_n on 1..n (n = the row's scored tokens), weight
+    Z_n / sqrt(k) = (n / k) p(k) / q(k); padding never masked; complementary partners k' = n + 1 - k weigh
+    Z_n sqrt(k) / k'."""
+    method = MDLM(MethodConfig(time_sampling="mask_count", mask_count_law="inverse_sqrt"), TOK)
+    x0 = torch.tensor([[0, 1, 2, 0, 1, 2], [2, 1, 0, TOK.pad_id, TOK.pad_id, TOK.pad_id]]).repeat(4000, 1)
+    scored = Batch(x0).scored(TOK.pad_id)
+    _, xt, weight = method.draw_noise(x0, scored, torch.Generator().manual_seed(0))
+    masked = xt == TOK.mask_id
+    assert not (masked & ~scored).any()
+    for row, n in ((0, 6), (1, 3)):
+        k = masked[row::2].sum(1)
+        z = sum(j ** -0.5 for j in range(1, n + 1))
+        counts = torch.bincount(k, minlength=n + 1)
+        expected = torch.tensor([len(k) * j ** -0.5 / z for j in range(1, n + 1)])
+        assert counts[0] == 0 and ((counts[1:].double() - expected).abs() < 5 * expected.sqrt()).all(), counts
+        torch.testing.assert_close(weight[row::2], (z / k.double().sqrt()).float())
+    _, xt2, w2 = method.draw_noise(x0, scored, torch.Generator().manual_seed(0), complementary=True)
+    B = x0.shape[0]
+    k1, k2 = (xt2[:B] == TOK.mask_id).sum(1), (xt2[B:] == TOK.mask_id).sum(1)
+    n = scored.sum(1)
+    assert torch.equal(k1 + k2, n + 1)
+    z = torch.tensor([sum(j ** -0.5 for j in range(1, int(m) + 1)) for m in n], dtype=torch.float64)
+    torch.testing.assert_close(w2[B:], (z * k1.double().sqrt() / k2).float())
+    assert MDLM(MethodConfig(time_sampling="mask_count", mask_count_law="inverse_sqrt"), TOK).masked_share() == 1 / 3
+
+
+def test_mask_count_law_refusals():
+    with pytest.raises(ConfigError, match="law of mask_count's k"):
+        MethodConfig(mask_count_law="inverse_sqrt")  # time_sampling antithetic
+    with pytest.raises(ConfigError, match="not allowed"):
+        MethodConfig(time_sampling="mask_count", mask_count_law="sqrt")

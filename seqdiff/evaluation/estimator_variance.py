@@ -48,6 +48,8 @@ class Estimator:
     """Independent masks of each window in the batch (B / k windows, each k times)."""
     complementary: bool = False
     """method.complementary_masks: B / 2 windows, each with a mask and its complement (B rows per forward)."""
+    mask_count_law: str = "uniform"
+    """method.mask_count_law (mask_count's law of k)."""
 
     def __post_init__(self) -> None:
         if self.complementary and self.masks_per_sequence != 1:
@@ -55,10 +57,11 @@ class Estimator:
 
     @property
     def label(self) -> str:
+        name = self.time_sampling + ("" if self.mask_count_law == "uniform" else f" {self.mask_count_law}")
         if self.complementary:
-            return f"{self.time_sampling} complementary pairs"
+            return f"{name} complementary pairs"
         k = self.masks_per_sequence
-        return self.time_sampling if k == 1 else f"{self.time_sampling} x{k} masks"
+        return name if k == 1 else f"{name} x{k} masks"
 
     @property
     def windows_divisor(self) -> int:
@@ -68,7 +71,10 @@ class Estimator:
     @property
     def method_options(self) -> dict:
         """MethodConfig keys besides time_sampling that this estimator sets."""
-        return {"complementary_masks": True} if self.complementary else {}
+        options = {"complementary_masks": True} if self.complementary else {}
+        if self.mask_count_law != "uniform":
+            options["mask_count_law"] = self.mask_count_law
+        return options
 
 
 @dataclass

@@ -143,18 +143,35 @@ class MDLM(Method):
         complementary: 2B rows, row B + i masking the n + 1 - k highest-ranked positions of row i."""
         n = scored.sum(1)  # (B,) scored tokens per row
         s = stratified_times(x0.shape[0], generator, x0.device)  # (B,) in [0, 1), one per stratum
-        k = torch.minimum(1 + torch.floor(s * n), n)  # (B,) uniform on 1..n (0 for a row with nothing scored)
+        k, q_k = self.mask_count_k(s, n)  # (B,) k on 1..n (0 for a row with nothing scored), its probability
         keys = torch.rand(x0.shape, generator=generator, device=x0.device).masked_fill(~scored, 2.0)  # (B, L)
         rank = keys.argsort(1).argsort(1)  # (B, L) rank of each key in its row; unscored positions rank last
         masked = rank < k[:, None]  # (B, L) exactly k masked, all scored
         if complementary:  # ranks k - 1 .. n - 1 (0-based): n + 1 - k positions, one shared with the first draw
             masked = torch.cat([masked, (rank >= (k - 1)[:, None]) & scored])
-            n, k = n.repeat(2), torch.cat([k, torch.where(n > 0, n + 1 - k, 0)])
+            n, k, q_k = n.repeat(2), torch.cat([k, torch.where(n > 0, n + 1 - k, 0)]), q_k.repeat(2)
             x0 = x0.repeat(2, 1)
         xt = self.mask_where(x0, masked)
-        weight = (n / k.clamp(min=1)).float()  # (B,)
+        # n/k p(k)/q(k) = 1/(k q(k)) with p uniform (n/k for uniform q); the partner k' = n + 1 - k has the law
+        # q(n + 1 - k'), the first draw's probability, so the same form holds for it
+        weight = torch.where(n > 0, 1 / (k.clamp(min=1) * q_k), 0.0).float()  # (B,)
         t = (k / n.clamp(min=1)).float().clamp(min=max(self.config.t_min, 1e-6))
         return t, xt, weight
+
+    def mask_count_k(self, s: Tensor, n: Tensor) -> tuple[Tensor, Tensor]:
+        """(k (B,), q(k) (B,) float64): k on 1..n from the uniforms s (B,) in [0, 1) by the inverse CDF of
+        method.mask_count_law (uniform, or q(k) ∝ k^(-1/2)); k = 0 and q = 1 where n = 0."""
+        if self.config.mask_count_law == "uniform":
+            k = torch.minimum(1 + torch.floor(s * n), n)
+            return k, torch.where(n > 0, 1 / n.clamp(min=1).double(), 1.0)
+        j = torch.arange(1, max(int(n.max()), 1) + 1, device=n.device, dtype=torch.float64)  # (J,)
+        mass = j.rsqrt() * (j <= n[:, None])  # (B, J) k^(-1/2) on 1..n
+        cdf = mass.cumsum(1)  # (B, J)
+        total = cdf[:, -1:].clamp(min=1e-300)  # (B, 1) sum_{j <= n} j^(-1/2)
+        k = torch.searchsorted(cdf / total, s.double()[:, None], right=True)[:, 0] + 1  # (B,) on 1..n
+        k = torch.where(n > 0, torch.minimum(k, n), 0)
+        q_k = torch.where(n > 0, k.clamp(min=1).double().rsqrt() / total[:, 0], 1.0)
+        return k, q_k
 
     def corrupt(self, x0: Tensor, t: Tensor, maskable: Tensor, generator: torch.Generator | None) -> Tensor:
         """x_t ~ q(x_t | x_0): mask each maskable token with probability 1 - alpha(t)."""
@@ -189,8 +206,8 @@ class MDLM(Method):
         """Expected share of the scored positions that a training draw masks: where method.head_at_masked runs
         the output head (for FLOP counts). Time-based draws: the mean of 1 - alpha(t) over t ~ U[t_min, 1] (the
         grid i/T in discrete time); mask_count: E[k / n] = (n + 1) / (2n), taken as 1/2."""
-        if self.time_sampling == "mask_count":
-            return 0.5
+        if self.time_sampling == "mask_count":  # E[k/n]: 1/2 uniform; sum sqrt(k) / (n sum k^(-1/2)) -> 1/3
+            return 0.5 if self.config.mask_count_law == "uniform" else 1 / 3
         T = self.config.num_timesteps
         if T > 0:
             t = torch.arange(1, T + 1, dtype=torch.float64) / T
