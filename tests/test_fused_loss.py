@@ -13,12 +13,11 @@ import torch.nn.functional as F
 
 from seqdiff.backbones import build_backbone
 from seqdiff.backbones.linear_cross_entropy import default_chunk, linear_cross_entropy
-from seqdiff.config import ConfigError, MethodConfig, ModelConfig
+from seqdiff.config import ConfigError, MethodConfig
 from seqdiff.methods import AR, MDLM, Batch, build_model
 from seqdiff.methods.base import FUSED_LOSS_MIN_VOCAB
-from seqdiff.tokenizers import CharTokenizer, NucleotideTokenizer
-
-TOK = CharTokenizer()
+from seqdiff.tokenizers import NucleotideTokenizer
+from tests.test_head_at_masked import TINY, TOK, _batch
 
 
 def _inputs(n=13, h=5, v=11, dtype=torch.float64, exclude=None, seed=0):
@@ -142,24 +141,10 @@ def test_default_chunk_follows_the_vocabulary_and_device():
 
 # ------------------------------------------------------------------ in the methods
 
-TINY = ModelConfig(hidden_size=16, n_layers=2, n_heads=2, max_seq_len=12, cond_dim=8, time_conditioning=False)
-
-
 def _net(causal, conditioned=False, backbone="dit"):
     torch.manual_seed(0)
     cfg = dataclasses.replace(TINY, time_conditioning=conditioned, backbone=backbone)
     return build_backbone(cfg, TOK.vocab_size, causal=causal)
-
-
-def _batch(packed=False):
-    gen = torch.Generator().manual_seed(3)
-    x0 = torch.randint(0, TOK.vocab_size - 4, (6, 12), generator=gen)
-    x0[2, 9:] = TOK.pad_id
-    if not packed:
-        return Batch(x0, attention_mask=x0 != TOK.pad_id)
-    segment_ids = torch.tensor([0] * 5 + [1] * 7).repeat(6, 1)
-    positions = torch.cat([torch.arange(5), torch.arange(7)]).repeat(6, 1)
-    return Batch(x0, segment_ids=segment_ids, positions=positions)
 
 
 def _run(net, method, batch, **kw):

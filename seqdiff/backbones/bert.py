@@ -159,10 +159,7 @@ class Bert(nn.Module):
         h = select_positions(h, output_index)
         if targets is None:
             return self.output(h, exclude_id)
-        if token_weight is None:
-            raise ValueError("Bert.forward: targets need their token_weight (N,)")
-        t = self.head.transform(h)
-        return linear_cross_entropy(t.reshape(-1, t.shape[-1]), self.embeddings.word.weight,
+        return linear_cross_entropy(self.head.transform(h), self.embeddings.word.weight,
                                     bias_excluding(self.head.bias, exclude_id), targets, token_weight)
 
     def output(self, h: Tensor, exclude_id: int | None = None) -> Tensor:

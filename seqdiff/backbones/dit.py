@@ -382,9 +382,7 @@ class DiT(nn.Module):
         h = select_positions(h, output_index)  # (B, L, H) or (N, H)
         bias = bias_excluding(self.output.bias, exclude_id)  # (V,)
         if targets is not None:
-            if token_weight is None:
-                raise ValueError("DiT.forward: targets need their token_weight (N,)")
-            return linear_cross_entropy(h.reshape(-1, h.shape[-1]), self.output.weight, bias, targets, token_weight)
+            return linear_cross_entropy(h, self.output.weight, bias, targets, token_weight)
         if exclude_id is None:
             return self.output(h).float()  # (..., V)
         return F.linear(h, self.output.weight, bias).float()  # (..., V)

@@ -30,9 +30,8 @@ from torch import Tensor
 CHUNK_ELEMENTS = {"cpu": 1 << 23, "cuda": 1 << 27}
 """Logit elements per chunk (chunk = this // V rows, at least 1): 32 MB of float32 logits on CPU, 512 MB on a
 GPU, where large matmuls keep the device busy and memory is the reason to chunk. Each chunk reads and writes
-the whole (V, H) weight gradient once, so chunks of a few rows are slow: on the 2-core CPU, head + loss at
-2,048 x 256 x 50,261 took 1.5-1.6 s a step from 2^23 to 2^26 elements a chunk against 2.9 s at 2^20 and
-1.7-2.0 s unfused (a microbenchmark; reports/bench/fused_loss times whole training steps)."""
+the whole (V, H) weight gradient once, so chunks of a few rows are slow; reports/bench/fused_loss times whole
+training steps with the CPU value."""
 
 
 def default_chunk(vocab_size: int, device: torch.device) -> int:
@@ -56,6 +55,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
         grad_w = torch.zeros(weight.shape, dtype=torch.promote_types(weight.dtype, torch.float32),
                              device=weight.device) if want_w else None
         grad_b = torch.zeros(bias.shape, dtype=acc, device=bias.device) if want_b else None
+        autocast = torch.is_autocast_enabled(hidden.device.type)
         for start in range(0, n, chunk):
             end = min(start + chunk, n)
             h, tgt = hidden[start:end], targets[start:end]
@@ -75,7 +75,6 @@ class _LinearCrossEntropy(torch.autograd.Function):
             probs[torch.arange(end - start, device=probs.device), tgt] -= w
             if want_b:
                 grad_b += probs.sum(0)
-            autocast = torch.is_autocast_enabled(h.device.type)
             g = probs if autocast else probs.to(h.dtype)
             if want_h:
                 grad_h[start:end] = g @ weight  # (c, H); under autocast a low-precision matmul, as the plain path
@@ -100,15 +99,19 @@ class _LinearCrossEntropy(torch.autograd.Function):
 
 @torch.compiler.disable
 def linear_cross_entropy(hidden: Tensor, weight: Tensor, bias: Tensor | None, targets: Tensor,
-                         token_weight: Tensor, chunk: int | None = None) -> tuple[Tensor, Tensor]:
+                         token_weight: Tensor | None, chunk: int | None = None) -> tuple[Tensor, Tensor]:
     """(sum_i token_weight_i * nll_i, nll (N,)) for logits = hidden @ weight.T + bias and nll_i =
     -log softmax(logits_i)[targets_i], without forming the (N, V) logits (module docstring).
 
-    hidden (N, H); weight (V, H); bias (V,) or None (a -inf entry excludes that id, as SUBS's MASK);
-    targets (N,) long; token_weight (N,); chunk: rows per chunk (default: `default_chunk`).
+    hidden (N, H) or (..., H), flattened to N rows; weight (V, H); bias (V,) or None (a -inf entry excludes
+    that id, as SUBS's MASK); targets (N,) long; token_weight (N,), required; chunk: rows per chunk (default:
+    `default_chunk`).
     Left out of torch.compile (a graph break at the head): the loop's length follows N, which changes every
     MDLM step, and each chunk is already one large matmul."""
-    if hidden.dim() != 2 or targets.shape != hidden.shape[:1] or token_weight.shape != hidden.shape[:1]:
+    if token_weight is None:
+        raise ValueError("linear_cross_entropy: targets need their token_weight (N,)")
+    hidden = hidden.reshape(-1, hidden.shape[-1])
+    if targets.shape != hidden.shape[:1] or token_weight.shape != hidden.shape[:1]:
         raise ValueError(f"linear_cross_entropy: hidden (N, H), targets (N,), token_weight (N,) expected; got "
                          f"{tuple(hidden.shape)}, {tuple(targets.shape)}, {tuple(token_weight.shape)}")
     chunk = chunk or default_chunk(weight.shape[0], hidden.device)

@@ -240,8 +240,7 @@ class BD3LM(MDLM):
             weight = self.schedule.nelbo_weight(t)  # (B, L)
         masked = xt == self.mask_id  # SUBS carry-over: only masked positions carry loss
         if self.uses_sparse_head(backbone):  # the head (and loss) at the masked positions of x_t only
-            index = masked.flatten().nonzero()[:, 0]  # (N,) flat b * L + i
-            torch._dynamo.maybe_mark_dynamic(index, 0)
+            index = self.masked_positions(xt)  # (N,) flat b * L + i
             token_weight, targets = weight.flatten()[index].float(), x0.flatten()[index]  # (N,) each
             if self.uses_fused_loss(backbone):  # method.fused_loss: the weighted sum without the (N, V) logits
                 total, nll = self.block_logits(backbone, xt, x0, batch.attention_mask, index, exclude_id=self.mask_id,

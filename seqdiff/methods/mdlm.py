@@ -195,10 +195,15 @@ class MDLM(Method):
     def head_share(self, backbone: nn.Module) -> float:
         return self.masked_share() if self.uses_sparse_head(backbone) else 1.0
 
-    def masked_logits(self, backbone: nn.Module, xt: Tensor, t: Tensor, **kwargs) -> tuple[Tensor, Tensor]:
-        """(flat positions of the masked tokens (N,), their SUBS logits (N, V), MASK at -inf): the sparse head."""
+    def masked_positions(self, xt: Tensor) -> Tensor:
+        """(N,) flat positions b * L + i of the masked tokens of x_t (B, L): where the sparse head runs."""
         index = (xt == self.mask_id).flatten().nonzero()[:, 0]  # (N,)
         torch._dynamo.maybe_mark_dynamic(index, 0)  # N changes every call: a compiled backbone compiles once
+        return index
+
+    def masked_logits(self, backbone: nn.Module, xt: Tensor, t: Tensor, **kwargs) -> tuple[Tensor, Tensor]:
+        """(flat positions of the masked tokens (N,), their SUBS logits (N, V), MASK at -inf): the sparse head."""
+        index = self.masked_positions(xt)
         logits = backbone(xt, noise_level=self.noise_level(t), output_index=index, exclude_id=self.mask_id, **kwargs)
         return index, logits
 
@@ -276,8 +281,7 @@ class MDLM(Method):
             packing = {k: v.repeat(2, 1) for k, v in packing.items()}
         masked = xt == self.mask_id  # (B, L) SUBS carry-over: only masked positions carry loss
         if self.uses_sparse_head(backbone) and self.uses_fused_loss(backbone):
-            index = masked.flatten().nonzero()[:, 0]  # (N,)
-            torch._dynamo.maybe_mark_dynamic(index, 0)
+            index = self.masked_positions(xt)  # (N,)
             total, _ = backbone(xt, noise_level=self.noise_level(t), attention_mask=attention_mask, output_index=index,
                                 exclude_id=self.mask_id, targets=x0.flatten()[index],
                                 token_weight=weight[index // x0.shape[1]], **packing)
