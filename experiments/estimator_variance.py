@@ -52,6 +52,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--draws", type=int, default=150, help="draws per estimator and regime")
     p.add_argument("--seed", type=int, default=0, help="seed of the initialization, the data and the noise")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    p.add_argument("--estimators", default="",
+                   help="comma-separated labels of the estimators to measure, in the table's order (default: all); "
+                        f"{BASELINE!r} is always measured, the ratios are taken against it")
     p.add_argument("--out", default=str(DEFAULT_OUT), help="output folder")
     p.add_argument("--render", action="store_true", help="only rewrite <out>/table.md from <out>/results.json")
     return p
@@ -96,9 +99,22 @@ def render(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def chosen_estimators(labels: str) -> list[Estimator]:
+    """The estimators named in `labels` (comma-separated, as in the table), the baseline always among them."""
+    if not labels.strip():
+        return list(ESTIMATORS)
+    by_label = {e.label: e for e in ESTIMATORS}
+    wanted = {name.strip() for name in labels.split(",") if name.strip()} | {BASELINE}
+    unknown = sorted(wanted - set(by_label))
+    if unknown:
+        raise SystemExit(f"--estimators: unknown {unknown}; choose from {sorted(by_label)}")
+    return [e for e in ESTIMATORS if e.label in wanted]
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
+    estimators = chosen_estimators(args.estimators)
     if args.render:  # the tables from the numbers on disk (after a change of wording)
         result = json.loads((Path(args.out) / "results.json").read_text())
         _write_atomically(Path(args.out) / "table.md", render(result))
@@ -138,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     results, ratios, agreement = {}, {}, {}
     for regime in ("fixed_batch", "fresh_batch"):
         means: dict = {}
-        stats = measure(factory, backbone, batch_at, ESTIMATORS, args.draws, regime=regime, seed=args.seed,
+        stats = measure(factory, backbone, batch_at, estimators, args.draws, regime=regime, seed=args.seed,
                         mean_gradients=means)
         results[regime] = [s.to_dict() for s in stats]
         same_data = [s for s in stats if s.label == BASELINE or s.masks_per_sequence == 1 and not s.complementary]

@@ -21,6 +21,19 @@ def test_the_variance_table_shows_every_estimator_and_ratio():
             assert f"| {ratio['loss_var']:.2f} | {ratio['grad_var']:.2f} |" in text
 
 
+def test_the_variance_run_measures_the_chosen_estimators_and_always_the_baseline():
+    import pytest
+
+    from experiments.estimator_variance import BASELINE, ESTIMATORS, chosen_estimators
+
+    assert chosen_estimators("") == ESTIMATORS
+    chosen = chosen_estimators("mask_count inverse_sqrt, mask_count")
+    assert [e.label for e in chosen] == ["antithetic", "mask_count", "mask_count inverse_sqrt"]  # the table's order
+    assert [e.label for e in chosen_estimators(BASELINE)] == [BASELINE]
+    with pytest.raises(SystemExit, match="unknown.*'mask count'"):
+        chosen_estimators("mask count")
+
+
 def test_the_sweep_table_shows_every_candidate():
     from experiments.quickstart_sweep import table
 
