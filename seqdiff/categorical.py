@@ -52,5 +52,5 @@ def probs_from_logits(logits: Tensor, temperature: float = 1.0, top_p: float = 1
     if temperature < 0:
         raise SeqdiffError(f"temperature must be >= 0, got {temperature}")
     if temperature == 0:
-        return torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).to(torch.float64)
+        return torch.zeros_like(logits).scatter_(-1, logits.argmax(-1, keepdim=True), 1.0)  # no int64 one_hot copy
     return top_p_filter(torch.softmax(logits / temperature, dim=-1), top_p)

@@ -161,6 +161,9 @@ def test_top_p_keeps_the_smallest_set_reaching_p():
     logits = torch.tensor([2.0, 1.0, 0.0, -1.0])
     expected = top_p_filter(torch.softmax(logits.double() / 0.5, -1), 0.9)
     torch.testing.assert_close(probs_from_logits(logits, 0.5, 0.9), expected)
+    # temperature 0: a float64 one-hot on the argmax of each row
+    greedy = probs_from_logits(torch.tensor([[[0.0, 3.0, 1.0], [5.0, -1.0, 2.0]]]), 0.0)
+    assert greedy.dtype == torch.float64 and greedy.tolist() == [[[0.0, 1.0, 0.0], [1.0, 0.0, 0.0]]]
 
 
 def test_top_p_threads_through_the_samplers():

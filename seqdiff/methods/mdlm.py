@@ -315,7 +315,9 @@ class MDLM(Method):
         masked positions only, and a one-hot row draws its token whatever the uniforms)."""
         if self.uses_sparse_head(backbone):
             index, logits = self.masked_logits(backbone, xt, t)  # (N,), (N, V)
-            probs = F.one_hot(xt, logits.shape[-1]).to(torch.float64)  # (B, L, V) the carry-over
+            # (B, L, V) the carry-over, written in place: F.one_hot would hold an int64 copy of the same size
+            probs = torch.zeros(*xt.shape, logits.shape[-1], dtype=torch.float64, device=xt.device)
+            probs.scatter_(-1, xt[..., None], 1.0)
             probs.view(-1, logits.shape[-1])[index] = probs_from_logits(logits, temperature)
             return probs
         logits = backbone(xt, noise_level=self.noise_level(t))
