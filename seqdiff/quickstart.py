@@ -50,7 +50,7 @@ QUICKSTART = RunConfig(
     name="quickstart",
     model=ModelConfig(preset="cpu-tiny", hidden_size=128, n_layers=2, n_heads=2, max_seq_len=128, local_conv=9,
                       local_conv_mlp=True, kmer_sizes=[2, 3, 4, 5], kmer_buckets=65536),
-    method=MethodConfig(name="mdlm"),
+    method=MethodConfig(name="mdlm", time_sampling="antithetic"),  # the recipe reports/quickstart_sweep chose
     data=DataConfig(corpus="shakespeare", tokenizer="char", seq_len=128, batch_size=32, eval_batch_size=64),
     train=TrainConfig(max_steps=1100, lr=2e-3, warmup_steps=50, lr_schedule="cosine", ema_decay=0.9999,
                       val_every=250, val_batches=8, checkpoint_every=250, log_every=10, precision="bf16-if-native"),

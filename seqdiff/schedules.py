@@ -173,6 +173,13 @@ def build_schedule(name: str) -> NoiseSchedule:
 TIME_SAMPLINGS = ("antithetic_jitter", "antithetic", "uniform")
 """The time samplers of unit_times: per-stratum jitter, one shared offset over the strata, or i.i.d. uniform.
 (method.time_sampling also takes mask_count, MDLM's draw of a number of masked tokens: seqdiff.methods.mdlm.)"""
+AUTO_TIMES = "antithetic"
+"""What method.time_sampling=auto draws where a method draws times (mdlm's own choice: MDLM.resolve_time_sampling)."""
+
+
+def resolved_time_sampling(time_sampling: str) -> str:
+    """method.time_sampling for a method that draws times: auto is AUTO_TIMES, any other name itself."""
+    return AUTO_TIMES if time_sampling == "auto" else time_sampling
 
 
 def unit_times(batch_size: int, time_sampling: str, generator: torch.Generator | None = None,

@@ -214,7 +214,9 @@ def test_full_block_equals_mdlm_loss_on_the_same_noise():
     x0 = symbols(6, 12, seed=4)
     for kw in ({}, {"time_sampling": "uniform"}, {"schedule": "cosine", "t_min": 0.01}):
         ours = bd3lm(block_size=12, **kw).loss(model, Batch(x0), torch.Generator().manual_seed(5))
-        theirs = MDLM(MethodConfig(**kw), TOK).loss(model, Batch(x0), torch.Generator().manual_seed(5))
+        # bd3lm's time_sampling=auto draws antithetic times; mdlm's would draw mask counts
+        theirs = MDLM(MethodConfig(**{"time_sampling": "antithetic", **kw}), TOK).loss(
+            model, Batch(x0), torch.Generator().manual_seed(5))
         torch.testing.assert_close(ours.nll_sum, theirs.nll_sum, rtol=1e-6, atol=1e-6)
         torch.testing.assert_close(ours.loss, theirs.loss)
         assert ours.num_tokens == theirs.num_tokens == 72

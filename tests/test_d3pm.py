@@ -45,7 +45,8 @@ def d3pm(**kw):
 
 
 def mdlm(**kw):
-    return MDLM(MethodConfig(**kw), TOK)
+    """Time-based draws, as d3pm's (time_sampling=auto would draw mask counts for mdlm)."""
+    return MDLM(MethodConfig(**{"time_sampling": "antithetic", **kw}), TOK)
 
 
 def pinned_alpha(t):

@@ -138,7 +138,9 @@ def test_masked_share_closed_forms():
     """E[1 - alpha(t)] for the log-linear schedule, 1 - alpha(t) = (1 - eps) t: (1 - eps)(1 + t_min) / 2 over
     t ~ U[t_min, 1]; (1 - eps)(T + 1) / (2T) on the grid i/T; mask_count takes 1/2 (E[k/n] = 1/2 + 1/(2n))."""
     eps = 1e-3
-    assert MDLM(MethodConfig(t_min=0.1), TOK).masked_share() == pytest.approx((1 - eps) * 1.1 / 2, rel=1e-6)
+    antithetic = MDLM(MethodConfig(time_sampling="antithetic", t_min=0.1), TOK)
+    assert antithetic.masked_share() == pytest.approx((1 - eps) * 1.1 / 2, rel=1e-6)
+    assert MDLM(MethodConfig(), TOK).masked_share() == 1 / 3  # auto: mask_count, q(k) ∝ k^(-1/2)
     assert MDLM(MethodConfig(num_timesteps=8), TOK).masked_share() == pytest.approx((1 - eps) * 9 / 16, rel=1e-9)
     assert MDLM(MethodConfig(time_sampling="mask_count"), TOK).masked_share() == 0.5
 

@@ -34,7 +34,9 @@ class TinyNet(nn.Module):
 
 
 def mdlm(**kw):
-    return MDLM(MethodConfig(**kw), TOK)
+    """Time-based draws (antithetic) unless asked: these tests check the bound in t; time_sampling=auto's mask
+    counts are tested in test_time_sampling.py."""
+    return MDLM(MethodConfig(**{"time_sampling": "antithetic", **kw}), TOK)
 
 
 def test_subs_zero_mask_probability_and_carry_over():

@@ -179,7 +179,7 @@ def loss_inputs(padded: bool):
 @pytest.mark.parametrize("padded", [False, True])
 def test_mdlm_loss_is_invariant_under_rc_of_data_and_noise(mode, time_conditioning, padded):
     model = make(mode, time_conditioning)
-    method = MDLM(MethodConfig(), TOK)
+    method = MDLM(MethodConfig(time_sampling="antithetic"), TOK)  # the test draws times
     x0, xt, t, mask = loss_inputs(padded)
     out = mdlm_loss(method, model, x0, xt, t, mask)
     out_rc = mdlm_loss(method, model, rc_tokens(x0, COMP), rc_tokens(xt, COMP), t, rc_mask(mask))
@@ -197,7 +197,7 @@ def test_conjoined_loss_is_at_most_the_mean_of_both_strands(padded):
     """Jensen: -log((p + q) / 2) <= (-log p - log q) / 2 at every masked position (SUBS renormalizes
     without MASK, which keeps the inequality: the mixture is compared with the strands' SUBS distributions)."""
     plain = make("none", True)
-    method = MDLM(MethodConfig(), TOK)
+    method = MDLM(MethodConfig(time_sampling="antithetic"), TOK)  # the test draws times
     x0, xt, t, mask = loss_inputs(padded)
     with torch.no_grad():  # the strands' SUBS distributions have no MASK mass: remove it before mixing
         plain.output.bias[TOK.mask_id] = -1e4

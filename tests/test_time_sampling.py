@@ -351,6 +351,45 @@ def test_mask_count_inverse_sqrt_law_draws_k_from_q_with_weight_z_over_sqrt_k():
 
 def test_mask_count_law_refusals():
     with pytest.raises(ConfigError, match="law of mask_count's k"):
-        MethodConfig(mask_count_law="inverse_sqrt")  # time_sampling antithetic
+        MethodConfig(time_sampling="antithetic", mask_count_law="inverse_sqrt")
     with pytest.raises(ConfigError, match="not allowed"):
         MethodConfig(time_sampling="mask_count", mask_count_law="sqrt")
+
+
+# ------------------------------------------------------------------------------ time_sampling=auto (the default)
+def test_auto_is_mdlms_inverse_sqrt_mask_count_where_it_applies_and_antithetic_elsewhere():
+    from seqdiff.methods import BD3LM, D3PM, SEDD
+
+    assert MethodConfig().time_sampling == "auto"
+    auto = MDLM(MethodConfig(), TOK)
+    assert (auto.time_sampling, auto.mask_count_law) == ("mask_count", "inverse_sqrt")
+    for method in (MDLM(MethodConfig(num_timesteps=8), TOK), MDLM(MethodConfig(subs=False), TOK),
+                   D3PM(MethodConfig(name="d3pm"), TOK), BD3LM(MethodConfig(name="bd3lm", block_size=4), TOK)):
+        assert method.time_sampling == "antithetic", method.name
+    # explicit choices are kept, and auto may carry a law (auto chooses its own)
+    assert MDLM(MethodConfig(time_sampling="mask_count"), TOK).mask_count_law == "uniform"
+    assert MDLM(MethodConfig(time_sampling="uniform"), TOK).time_sampling == "uniform"
+    MethodConfig(mask_count_law="inverse_sqrt")
+    # a time-conditioned backbone: auto draws times instead of refusing (explicit mask_count is refused above)
+    net = TinyNet(3)
+    net.config.time_conditioning = True
+    auto.check_backbone(net)
+    assert auto.time_sampling == "antithetic"
+    net.config.time_conditioning = False
+    auto.check_backbone(net)
+    assert (auto.time_sampling, auto.mask_count_law) == ("mask_count", "inverse_sqrt")
+    # sedd draws antithetic times under auto: the same draws as asked for by name
+    a = SEDD(MethodConfig(name="sedd"), TOK).sample_times(8, "cpu", torch.Generator().manual_seed(0))
+    b = SEDD(MethodConfig(name="sedd", time_sampling="antithetic"), TOK).sample_times(8, "cpu",
+                                                                                     torch.Generator().manual_seed(0))
+    assert torch.equal(a, b)
+
+
+def test_auto_draws_exactly_what_inverse_sqrt_mask_count_draws():
+    """So the default is unbiased by test_mask_count_mc_loss_unbiased[inverse_sqrt]."""
+    net, L = TinyNet(4), 4
+    x0 = torch.randint(0, 3, (64, L), generator=torch.Generator().manual_seed(3))
+    auto = MDLM(MethodConfig(), TOK).loss(net, Batch(x0), torch.Generator().manual_seed(7))
+    named = MDLM(MethodConfig(time_sampling="mask_count", mask_count_law="inverse_sqrt"), TOK).loss(
+        net, Batch(x0), torch.Generator().manual_seed(7))
+    assert torch.equal(auto.nll_sum, named.nll_sum) and torch.equal(auto.loss, named.loss)

@@ -216,7 +216,7 @@ class BD3LM(MDLM):
                            times: tuple[float, float]) -> Tensor:
         """(B, num_blocks) times in [lo, hi], low-discrepancy over all B * num_blocks draws (row-major strata)."""
         lo, hi = times
-        u = unit_times(batch_size * num_blocks, self.config.time_sampling, generator, device)
+        u = unit_times(batch_size * num_blocks, self.time_sampling, generator, device)
         return (lo + (hi - lo) * u).view(batch_size, num_blocks)
 
     def block_loss(self, backbone: nn.Module, batch: Batch, generator: torch.Generator | None,

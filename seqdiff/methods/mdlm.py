@@ -63,7 +63,7 @@ from seqdiff.categorical import probs_from_logits, sample_categorical
 from seqdiff.config import ConfigError, MethodConfig
 from seqdiff.methods.base import Batch, Method, MethodOutput
 from seqdiff.methods.graphs import absorbing_posterior_kl, absorbing_posterior_kl_rate, absorbing_reverse_step
-from seqdiff.schedules import build_schedule, stratified_times, unit_times
+from seqdiff.schedules import build_schedule, resolved_time_sampling, stratified_times, unit_times
 from seqdiff.tokenizers.base import Tokenizer
 
 NEG_INF = float("-inf")
@@ -91,15 +91,31 @@ class MDLM(Method):
             raise ConfigError(f"method.time_sampling=mask_count is the continuous-time SUBS bound of {self.name}: it "
                               f"needs method.num_timesteps=0 and SUBS (got num_timesteps={config.num_timesteps}, "
                               f"subs={self.subs}); use antithetic_jitter")
-        self.time_sampling = config.time_sampling
+        self.time_sampling, self.mask_count_law = self.resolve_time_sampling(config)
         if config.fused_loss is True and not (self.subs and config.head_at_masked):
             raise ConfigError("method.fused_loss=true needs mdlm's SUBS loss at the masked positions (method.subs "
                               "and method.head_at_masked true): set it to null or false")
 
+    def resolve_time_sampling(self, config: MethodConfig, time_conditioned: bool = False) -> tuple[str, str]:
+        """(time sampling, law of mask_count's k) that method.time_sampling asks for. auto: mask_count with
+        q(k) ∝ k^(-1/2) where it applies (mdlm's own bound, continuous time, SUBS, a time-agnostic backbone, which
+        check_backbone tells), antithetic otherwise; d3pm and bd3lm, subclasses with their own bounds, keep
+        antithetic. The choice is measured in reports/variance: at 64-256 characters a row 1.8-1.9x lower
+        gradient variance than antithetic with fresh data, and at 512 ahead in training by 0.25 bits after 480
+        steps (3 seeds; level at 128)."""
+        if config.time_sampling != "auto":
+            return config.time_sampling, config.mask_count_law
+        if self.name == "mdlm" and config.num_timesteps == 0 and self.subs and not time_conditioned:
+            return "mask_count", "inverse_sqrt"
+        return resolved_time_sampling("auto"), config.mask_count_law
+
     def check_backbone(self, backbone: nn.Module) -> None:
-        """mask_count gives the denoiser no time: refuse a time-conditioned backbone."""
+        """mask_count gives the denoiser no time: refuse a time-conditioned backbone (auto: draw times instead)."""
         config = getattr(backbone, "config", None)
-        if self.time_sampling == "mask_count" and getattr(config, "time_conditioning", False):
+        time_conditioned = bool(getattr(config, "time_conditioning", False))
+        if self.config.time_sampling == "auto":
+            self.time_sampling, self.mask_count_law = self.resolve_time_sampling(self.config, time_conditioned)
+        if self.time_sampling == "mask_count" and time_conditioned:
             raise ConfigError("method.time_sampling=mask_count needs a time-agnostic denoiser (model.time_conditioning="
                               "false); with time conditioning use antithetic_jitter")
 
@@ -161,7 +177,7 @@ class MDLM(Method):
     def mask_count_k(self, s: Tensor, n: Tensor) -> tuple[Tensor, Tensor]:
         """(k (B,), q(k) (B,) float64): k on 1..n from the uniforms s (B,) in [0, 1) by the inverse CDF of
         method.mask_count_law (uniform, or q(k) ∝ k^(-1/2)); k = 0 and q = 1 where n = 0."""
-        if self.config.mask_count_law == "uniform":
+        if self.mask_count_law == "uniform":
             k = torch.minimum(1 + torch.floor(s * n), n)
             return k, torch.where(n > 0, 1 / n.clamp(min=1).double(), 1.0)
         j = torch.arange(1, max(int(n.max()), 1) + 1, device=n.device, dtype=torch.float64)  # (J,)
@@ -212,7 +228,7 @@ class MDLM(Method):
         the output head (for FLOP counts). Time-based draws: the mean of 1 - alpha(t) over t ~ U[t_min, 1] (the
         grid i/T in discrete time); mask_count: E[k / n] = (n + 1) / (2n), taken as 1/2."""
         if self.time_sampling == "mask_count":  # E[k/n]: 1/2 uniform; sum sqrt(k) / (n sum k^(-1/2)) -> 1/3
-            return 0.5 if self.config.mask_count_law == "uniform" else 1 / 3
+            return 0.5 if self.mask_count_law == "uniform" else 1 / 3
         T = self.config.num_timesteps
         if T > 0:
             t = torch.arange(1, T + 1, dtype=torch.float64) / T

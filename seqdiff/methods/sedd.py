@@ -35,7 +35,7 @@ from torch import Tensor, nn
 from seqdiff.config import ConfigError, MethodConfig
 from seqdiff.methods.base import Batch, Method, MethodOutput
 from seqdiff.methods.graphs import build_graph
-from seqdiff.schedules import build_schedule, unit_times
+from seqdiff.schedules import build_schedule, resolved_time_sampling, unit_times
 from seqdiff.tokenizers.base import Tokenizer
 
 
@@ -62,7 +62,7 @@ class SEDD(Method):
     def sample_times(self, batch_size: int, device, generator: torch.Generator | None) -> Tensor:
         """(B,) float64 times in [t_min, 1], drawn as MDLM draws them."""
         cfg = self.config
-        u = unit_times(batch_size, cfg.time_sampling, generator, device)
+        u = unit_times(batch_size, resolved_time_sampling(cfg.time_sampling), generator, device)
         return (cfg.t_min + (1 - cfg.t_min) * u).double()
 
     def sigma(self, t: Tensor) -> Tensor:
