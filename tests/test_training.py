@@ -129,7 +129,7 @@ def test_global_batch_is_split_across_processes():
         RandomWindowBatches(tokens, 16, 6, seed=3, rank=0, world_size=4)
 
 
-def test_time_conditioning_follows_the_method_unless_set(tmp_path):
+def test_time_conditioning_follows_the_method_unless_set(tmp_path, capsys):
     from seqdiff.checkpoint import load_checkpoint
 
     sedd = train(tiny_config(**{"method.name": "sedd", "train.max_steps": 1, "train.val_every": 1}), tmp_path / "s")
@@ -137,6 +137,13 @@ def test_time_conditioning_follows_the_method_unless_set(tmp_path):
     assert load_checkpoint(tmp_path / "s").model_config.time_conditioning is True
     mdlm = train(tiny_config(**{"train.max_steps": 1, "train.val_every": 1}), tmp_path / "m")
     assert mdlm.module.model_config.time_conditioning is False
+    # method.time_sampling=auto: mask counts for the time-agnostic MDLM, times for a time-conditioned one; said
+    assert (mdlm.module.method.time_sampling, mdlm.module.method.mask_count_law) == ("mask_count", "inverse_sqrt")
+    assert "time_sampling=auto draws mask_count with mask_count_law=inverse_sqrt" in capsys.readouterr().err
+    timed = train(tiny_config(**{"train.max_steps": 1, "train.val_every": 1, "model.time_conditioning": "true"}),
+                  tmp_path / "t")
+    assert timed.module.method.time_sampling == "antithetic"
+    assert "time_sampling=auto draws antithetic" in capsys.readouterr().err
     from seqdiff.config import ConfigError
 
     with pytest.raises(ConfigError, match="time_conditioning=true"):
