@@ -11,11 +11,16 @@
 - `SEQDIFF_TEST_DATA=/some/folder pytest` keeps the fetched sources between sessions (a developer's choice
   for quick iterations; CI leaves it unset, so every CI run fetches afresh).
 - Tiny models run fastest on one thread (several threads on busy shared cores wait on each other far longer
-  than the work takes).
+  than the work takes), so the suite runs its tests side by side instead: pytest-xdist, one process per core
+  (`-n auto` in pyproject.toml, at most MAX_WORKERS; `pytest -n 0` runs them in this process, one by one).
+  Each worker is its own session here (its own HOME and data directory, its own fetches); a shared
+  `SEQDIFF_TEST_DATA` folder is fetched into under a file lock.
 """
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import os
 import shutil
 import tempfile
@@ -39,6 +44,14 @@ import torch  # noqa: E402  (after the environment above, so nothing caches the 
 torch.set_num_threads(1)
 
 
+MAX_WORKERS = 4
+"""`-n auto` takes one worker per core up to this: every worker imports torch and fetches the real sources anew."""
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    return max(1, min(MAX_WORKERS, len(os.sched_getaffinity(0))))
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "requires_source(*names): the test needs these real data sources; they are fetched once per "
@@ -59,10 +72,14 @@ def fetch_source(name: str) -> Path:
     from seqdiff.data.fetch import FetchError, fetch
 
     if name not in _FETCHED:
-        try:
-            _FETCHED[name] = fetch(name, log=lambda line: None)
-        except FetchError as e:
-            _FETCHED[name] = f"data source {name!r} could not be fetched: {e}"
+        data = os.path.realpath(os.environ["SEQDIFF_DATA"])  # workers sharing SEQDIFF_TEST_DATA fetch one at a time
+        key = hashlib.sha256(data.encode()).hexdigest()[:16]
+        with open(Path(tempfile.gettempdir()) / f"seqdiff-tests-fetch-{key}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                _FETCHED[name] = fetch(name, log=lambda line: None)
+            except FetchError as e:
+                _FETCHED[name] = f"data source {name!r} could not be fetched: {e}"
     got = _FETCHED[name]
     if isinstance(got, str):
         pytest.skip(got)
