@@ -63,9 +63,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--block-size", type=int, default=16)
     p.add_argument("--vocab-size", type=int, default=50261)
+    p.add_argument("--seq-len", type=int, default=256)
+    p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
-    shape = Shape(256, 4, 4, seq_len=256, batch_size=8, vocab_size=args.vocab_size)
+    shape = Shape(256, 4, 4, seq_len=args.seq_len, batch_size=args.batch_size, vocab_size=args.vocab_size)
     t0 = time.perf_counter()
     results = {"command": shlex.join(["python", "-m", "experiments.bd3lm_head", *argv]),
                "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "torch": torch.__version__,
@@ -100,7 +102,8 @@ def main(argv: list[str] | None = None) -> int:
     lines = [f"Made by `{results['command']}` on {results['date']} ({results['elapsed_s']:.0f} s, torch "
              f"{results['torch']}, {results['threads']} threads; load average {results['load_average_start']} at "
              f"the start, {results['load_average_end']} at the end). BD3LM, block size {args.block_size}, DiT 256 "
-             f"wide, 4 layers, 8 x 256 tokens, vocabulary {shape.vocab_size}; expected masked share of the x_t "
+             f"wide, 4 layers, {shape.batch_size} x {shape.seq_len} tokens, vocabulary {shape.vocab_size}; expected "
+             f"masked share of the x_t "
              f"half {masked_share:.3f}; {len(use)} rounds used ({sum(quiet)} quiet).", "",
              "| head | tokens/s, median [min–max] | step time of `full` / this, median [min–max] |",
              "| --- | ---: | ---: |"]

@@ -180,6 +180,7 @@ def test_the_cpu_bf16_experiment_times_float32_bf16_and_the_fused_kernel(tmp_pat
     real = attention_module.uses_explicit
     monkeypatch.setattr(attention_module, "uses_explicit",
                         lambda q, k: seen.append(attention_module.EXPLICIT_MAX_LEN) or real(q, k))
+    monkeypatch.setattr(cpu_bf16, "SHAPES", {"tiny": cpu_bf16.Shape(64, 2, 2, seq_len=64, batch_size=4, vocab_size=31)})
     assert cpu_bf16.main(["--out", str(tmp_path), "--rounds", "1", "--steps", "1", "--warmup", "0",
                           "--shapes", "0", "--matmul-size", "256"]) == 0
     results = json.loads((tmp_path / "results.json").read_text())
@@ -208,7 +209,8 @@ def test_the_bd3lm_head_experiment_times_three_heads(tmp_path, keep_threads):
     from experiments import bd3lm_head
 
     torch.set_num_threads(1)
-    assert bd3lm_head.main(["--rounds", "1", "--warmup", "0", "--vocab-size", "4096", "--out", str(tmp_path)]) == 0
+    assert bd3lm_head.main(["--rounds", "1", "--warmup", "0", "--vocab-size", "4096", "--seq-len", "64",
+                            "--batch-size", "2", "--out", str(tmp_path)]) == 0
     data = json.loads((tmp_path / "results.json").read_text())
     assert set(data["tokens_per_s"]) == {"full", "sparse", "sparse fused"}
     assert set(data["ratio_over_full"]) == {"sparse", "sparse fused"}

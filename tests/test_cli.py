@@ -42,13 +42,15 @@ def test_train_eval_sample_end_to_end(run_dirs, tmp_path, capsys):
 
 
 def test_eval_in_a_fixed_order_is_exact_and_refused_where_it_cannot_apply(run_dirs, tmp_path, capsys):
-    out = tmp_path / "ordered.json"
-    assert main(["eval", str(run_dirs["mdlm"]), "--order", "left_to_right+right_to_left", "--out", str(out)]) == 0
+    out, text = tmp_path / "ordered.json", tmp_path / "slice.txt"  # an order costs a forward per token: 2,000 chars
+    text.write_text(open(FIXTURE).read()[:2000])
+    assert main(["eval", str(run_dirs["mdlm"]), "--data", str(text), "--order", "left_to_right+right_to_left",
+                 "--out", str(out)]) == 0
     report = json.loads(out.read_text())["results"][0]
     assert report["bound"] is False and report["num_t_samples"] is None
     assert report["order"] == "left_to_right+right_to_left" and 0 < report["bits_per_character"] < 10
-    assert report["num_tokens"] == len(CharTokenizer().encode(open(FIXTURE).read()))
-    assert main(["eval", str(run_dirs["mdlm"]), "--order", "random:2", "--out", str(out)]) == 0
+    assert report["num_tokens"] == len(CharTokenizer().encode(text.read_text()))
+    assert main(["eval", str(run_dirs["mdlm"]), "--data", str(text), "--order", "random:2", "--out", str(out)]) == 0
     weighted = json.loads(out.read_text())["results"][0]
     assert weighted["bound"] is True and weighted["order"] == "random:2" and weighted["num_t_samples"] is None
     assert "importance-weighted upper bounds over 2 random orders" in capsys.readouterr().out

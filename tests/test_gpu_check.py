@@ -3,7 +3,6 @@
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -132,16 +131,33 @@ def test_a_profiler_that_cannot_start_costs_the_profile_not_the_run(tmp_path, mo
 
 
 def test_gpu_suite_script_runs_every_part_and_copies_only_new_results(tmp_path):
-    """scripts/gpu_suite.sh without CUDA: each part refuses on its own (exit 2), the suite goes on to the next,
-    and the copy folder gets nothing (the committed reports are older than the run)."""
-    if torch.cuda.is_available():
-        pytest.skip("this machine has CUDA")
+    """scripts/gpu_suite.sh: a part that fails (exit 2 here) does not stop the suite, each part's command is the
+    planned module, and the copy folder gets nothing (the committed reports are older than the run). PYTHON is a
+    stand-in that logs its arguments and exits 2, as each part does on a machine without CUDA (that refusal is
+    tested in this process below and above): five real ones cost five imports of torch and Lightning."""
+    stand_in = tmp_path / "python"
+    stand_in.write_text(f'#!/usr/bin/env bash\necho "$*" >> {tmp_path / "calls"}\nexit 2\n')
+    stand_in.chmod(0o755)
     script = Path(__file__).resolve().parents[1] / "scripts" / "gpu_suite.sh"
-    done = subprocess.run(["bash", str(script), str(tmp_path / "copy")], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "PYTHON": sys.executable, "OMP_NUM_THREADS": "1"})
+    done = subprocess.run(["bash", str(script), str(tmp_path / "copy")], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHON": str(stand_in)})
     assert done.returncode == 0, done.stderr[-2000:]
     parts = ["auto_accum", "auto_mb32", "bench_gpt2", "bench_small", "spec"]
     for part in parts:
         assert f"=== {part}: exit 2" in done.stdout
+    calls = (tmp_path / "calls").read_text().splitlines()
+    assert [c.split()[1] for c in calls] == ["seqdiff.bench.gpu_check"] * 3 + ["seqdiff.cli"] * 2
+    assert all("--device cuda" in c for c in calls[3:]) and "--micro-batch-size 32" in calls[2]
     assert sorted(p.name for p in (tmp_path / "copy").iterdir()) == parts
     assert not any((tmp_path / "copy").rglob("*.*"))
+
+
+def test_bench_on_cuda_refuses_a_machine_without_it(tmp_path, capsys):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    from seqdiff.cli import main
+
+    with pytest.raises(SystemExit) as refused:  # an argparse error, as for any bad flag
+        main(["bench", "--device", "cuda", "--out", str(tmp_path / "b")])
+    assert refused.value.code == 2
+    assert "CUDA is not available" in capsys.readouterr().err and not (tmp_path / "b").exists()

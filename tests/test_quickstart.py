@@ -1,4 +1,5 @@
 import json
+from dataclasses import replace
 
 from seqdiff.cli import main
 
@@ -7,6 +8,9 @@ def test_quickstart_end_to_end_and_reuse(tmp_path, capsys, monkeypatch):
     import seqdiff.quickstart as qs
 
     monkeypatch.setattr(qs, "NUM_T_SAMPLES", 1)  # the full test play is still scored, once
+    recipe = qs.QUICKSTART  # and, to save time, one validation batch and 16 sampling steps
+    monkeypatch.setattr(qs, "QUICKSTART", replace(recipe, train=replace(recipe.train, val_batches=1),
+                                                  sample=replace(recipe.sample, steps=16)))
     out, runs = tmp_path / "report", tmp_path / "runs"
     args = ["quickstart", "--max-steps", "2", "--out", str(out), "--run-dir", str(runs)]
     assert main(args) == 0
