@@ -49,7 +49,8 @@ MAX_WORKERS = 4
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
-    return max(1, min(MAX_WORKERS, len(os.sched_getaffinity(0))))
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()  # macOS: no affinity
+    return max(1, min(MAX_WORKERS, cores or 1))
 
 
 def pytest_configure(config: pytest.Config) -> None:
