@@ -416,10 +416,24 @@ def cmd_score(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------------------------------------- others
 def cmd_quickstart(args: argparse.Namespace) -> int:
+    import shlex
+    import signal
+
     from seqdiff.quickstart import run_quickstart
+    from seqdiff.training.run import TrainingInterrupted
 
     o: QuickstartOptions = args.quickstart
-    run_quickstart(out_dir=o.out, run_root=o.run_dir, max_steps=o.max_steps, overwrite=o.overwrite, seed=o.seed)
+    try:
+        run_quickstart(out_dir=o.out, run_root=o.run_dir, max_steps=o.max_steps, overwrite=o.overwrite,
+                       seed=o.seed)
+    except TrainingInterrupted as stop:  # the same command resumes (without --overwrite, which would restart)
+        again = ["seqdiff", "quickstart", "--out", o.out, "--run-dir", o.run_dir]
+        again += ["--max-steps", str(o.max_steps)] if o.max_steps is not None else []
+        again += ["--seed", str(o.seed)] if o.seed is not None else []
+        print(f"seqdiff quickstart: stopped by {signal.Signals(stop.signum).name} at step {stop.step} of "
+              f"{stop.run_dir}; checkpoint of step {stop.step} saved: {stop.checkpoint}; continue with: "
+              f"{shlex.join(again)}", file=sys.stderr)
+        return stop.exit_status
     return 0
 
 

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import torch
+from lightning.pytorch import Callback
 
 from seqdiff.checkpoint import load_checkpoint, read_checkpoint
 from seqdiff.config import ConfigError, DataConfig, MethodConfig, ModelConfig, RunConfig, SampleConfig, TrainConfig
@@ -76,6 +77,68 @@ def ngram_baseline(data: DataConfig, tokenizer) -> dict:
             "valid_bits_per_character_by_order": valid_bits, "train_characters": int(len(ids["train"]))}
 
 
+TIME_BUDGET_S = 300.0
+"""The quickstart's training budget on a quiet 2-core machine (both models); what ProjectedTime measures against."""
+
+
+class ProjectedTime(Callback):
+    """A Lightning callback: after a few steps, one line saying how long training both models will take here.
+
+    Why: the recipe fits TIME_BUDGET_S on a CPU that multiplies bf16 natively; on a slower one (measured: an
+    AVX2-only 2-core host took 1,176 s) a user should learn that in the first minute, with the `--max-steps`
+    that fits the budget there, not after twenty. Steps `skip`.. `skip + probe` are timed (the first ones pay
+    one-off allocation; validation comes later, at train.val_every)."""
+
+    def __init__(self, method: str, steps_after: int, runs: int, skip: int = 5, probe: int = 20,
+                 clock=time.perf_counter) -> None:
+        super().__init__()
+        self.method, self.steps_after, self.runs = method, steps_after, runs
+        self.skip, self.probe, self.clock = skip, probe, clock
+        self.started: tuple[int, float] | None = None
+        self.message: str | None = None
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if self.message is not None:
+            return
+        step = trainer.global_step
+        if self.started is None:
+            if step >= self.skip:
+                self.started = (step, self.clock())
+            return
+        first, t0 = self.started
+        if step - first < self.probe:
+            return
+        per_step = (self.clock() - t0) / (step - first)
+        self.message = self.describe(per_step, trainer.max_steps - step)
+        bar = getattr(trainer, "progress_bar_callback", None)
+        if bar is not None:  # on a line of its own, not after the progress bar's
+            bar.print(self.message, file=sys.stderr)
+        else:
+            print(self.message, file=sys.stderr)
+
+    def describe(self, per_step: float, steps_left: int) -> str:
+        """The line printed: the projected training time, and the step count that would fit the budget."""
+        left = per_step * (steps_left + self.steps_after)
+        line = (f"[quickstart] {self.method}: {per_step:.2f} s a training step on this machine; about "
+                f"{_minutes(left)} of training left for the {self.runs} models")
+        if left <= TIME_BUDGET_S:
+            return line
+        fits = max(1, int(TIME_BUDGET_S / (self.runs * per_step)))
+        return (f"{line} (the recipe fits {TIME_BUDGET_S / 60:.0f} minutes on a faster CPU; here "
+                f"`seqdiff quickstart --max-steps {fits}` would, with worse bits per character)")
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 600 else f"{seconds / 60:.0f} min"
+
+
+def _steps_to_train(run_dir: Path, max_steps: int) -> int:
+    """Steps a run still has to train (0 when finished; reuse is checked later)."""
+    last = run_dir / LAST_CHECKPOINT
+    done = read_checkpoint(last).get("global_step", 0) if last.is_file() else 0
+    return max(0, max_steps - done)
+
+
 def _run_state(run_dir: Path, max_steps: int) -> str:
     last = run_dir / LAST_CHECKPOINT
     if not last.is_file():
@@ -101,7 +164,7 @@ def _check_reusable(config: RunConfig, run_dir: Path) -> None:
                           "--overwrite to replace it or --run-dir to train elsewhere")
 
 
-def _train_or_reuse(config: RunConfig, run_dir: Path) -> str:
+def _train_or_reuse(config: RunConfig, run_dir: Path, clock: ProjectedTime | None = None) -> str:
     state = _run_state(run_dir, config.train.max_steps)
     if state == "done":
         _check_reusable(config, run_dir)
@@ -109,7 +172,7 @@ def _train_or_reuse(config: RunConfig, run_dir: Path) -> str:
         return state
     if state == "partial":
         print(f"[quickstart] resuming the interrupted run in {run_dir}")
-    train(config, run_dir, resume=state == "partial")
+    train(config, run_dir, resume=state == "partial", extra_callbacks=[clock] if clock else None)
     return state
 
 
@@ -163,7 +226,10 @@ def run_quickstart(out_dir: str | Path = "reports/quickstart", run_root: str | P
         config = dataclasses.replace(base, name=f"quickstart-{method}",
                                      method=dataclasses.replace(base.method, name=method))
         run_dirs[method] = run_root / method
-        _train_or_reuse(config, run_dirs[method])
+        later = METHODS[METHODS.index(method) + 1:]
+        clock = ProjectedTime(method, sum(_steps_to_train(run_root / m, base.train.max_steps) for m in later),
+                              len(METHODS))
+        _train_or_reuse(config, run_dirs[method], clock)
         timing = run_dirs[method] / "timing.json"  # written by train(), summed over resumes
         train_seconds = json.loads(timing.read_text())["train_seconds"] if timing.is_file() else float("nan")
 

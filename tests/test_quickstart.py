@@ -1,4 +1,6 @@
 import json
+import os
+import signal
 from dataclasses import replace
 
 from seqdiff.cli import main
@@ -11,13 +13,35 @@ def test_quickstart_end_to_end_and_reuse(tmp_path, capsys, monkeypatch):
     recipe = qs.QUICKSTART  # and, to save time, one validation batch and 16 sampling steps
     monkeypatch.setattr(qs, "QUICKSTART", replace(recipe, train=replace(recipe.train, val_batches=1),
                                                   sample=replace(recipe.sample, steps=16)))
+    interrupted = []
+
+    class Projected(qs.ProjectedTime):  # timed from step 0 over 1 step, so a short run prints its projection
+        def __init__(self, *a, **k):
+            super().__init__(*a, **k, skip=0, probe=1)
+
+        def on_train_batch_end(self, trainer, *rest):
+            super().on_train_batch_end(trainer, *rest)
+            if not interrupted and trainer.global_step == 2:  # Ctrl-C after MDLM's projection, before its end
+                interrupted.append(self.method)
+                os.kill(os.getpid(), signal.SIGINT)
+
+    monkeypatch.setattr(qs, "ProjectedTime", Projected)
     out, runs = tmp_path / "report", tmp_path / "runs"
-    args = ["quickstart", "--max-steps", "2", "--out", str(out), "--run-dir", str(runs)]
+    args = ["quickstart", "--max-steps", "3", "--out", str(out), "--run-dir", str(runs)]
+    assert main(args) == 130  # one line saying where it stopped and the command that goes on
+    err = capsys.readouterr().err
+    assert "[quickstart] mdlm: " in err and " s a training step on this machine; about " in err
+    assert f"seqdiff quickstart: stopped by SIGINT at step 2 of {runs / 'mdlm'}; checkpoint of step 2 saved" in err
+    assert f"continue with: seqdiff quickstart --out {out} --run-dir {runs} --max-steps 3\n" in err
+    assert "Traceback" not in err and not out.exists()
     assert main(args) == 0
+    printed = capsys.readouterr()
+    assert f"[quickstart] resuming the interrupted run in {runs / 'mdlm'}" in printed.out
+    assert "[quickstart] ar: " in printed.err  # AR trains from its start: its projection is printed
     results = json.loads((out / "results.json").read_text())
     for method in ("mdlm", "ar"):
         r = results["models"][method]
-        assert r["steps"] == 2 and r["bits_per_character"] > 0 and len(r["samples"]) == qs.QUICKSTART.sample.num_samples
+        assert r["steps"] == 3 and r["bits_per_character"] > 0 and len(r["samples"]) == qs.QUICKSTART.sample.num_samples
         assert r["train_seconds"] > 0
     assert results["models"]["mdlm"]["bound"] and not results["models"]["ar"]["bound"]
     assert results["models"]["mdlm"]["sampler"] == "cached"
@@ -35,14 +59,14 @@ def test_quickstart_end_to_end_and_reuse(tmp_path, capsys, monkeypatch):
     assert f"    {shown[qs.SHOWN - 1]}\n" in summary and f"    {shown[qs.SHOWN]}\n" not in summary
     assert f"| n-gram (Witten-Bell, order {ngram['order']}) | {ngram['bits_per_character']:.4f} |" in summary
     assert (out / "loss_curves.png").stat().st_size > 1000
-    assert "| MDLM |" in capsys.readouterr().out
+    assert "| MDLM |" in printed.out
     # another seed (or step count) is another recipe: its runs are not the finished ones in the same folder
     assert main([*args, "--seed", "1"]) == 2
     err = capsys.readouterr().err
     assert "holds a finished run of another recipe (train.seed: 0 -> 1)" in err and "--overwrite" in err
-    assert json.loads((out / "results.json").read_text())["command"] == "seqdiff quickstart --max-steps 2"
+    assert json.loads((out / "results.json").read_text())["command"] == "seqdiff quickstart --max-steps 3"
     # a later call reuses finished runs instead of training again
-    assert qs._run_state(runs / "mdlm", 2) == "done" and qs._run_state(runs / "mdlm", 3) == "partial"
+    assert qs._run_state(runs / "mdlm", 3) == "done" and qs._run_state(runs / "mdlm", 4) == "partial"
     assert qs._run_state(tmp_path / "nothing", 2) == "new"
 
 
@@ -71,3 +95,33 @@ def test_sweep_candidates_are_valid_recipes_and_bad_names_are_refused(capsys):
     with pytest.raises(SystemExit):
         sweep.main(["--candidate", "nope"])
     assert "unknown" in capsys.readouterr().err
+
+
+def test_projected_time_reports_the_training_left_and_the_steps_that_fit_the_budget(capsys):
+    """Timed on a stand-in clock: steps skip..skip+probe give the seconds a step, the rest is arithmetic."""
+    from types import SimpleNamespace
+
+    import seqdiff.quickstart as qs
+
+    now = [0.0]
+    clock = qs.ProjectedTime("mdlm", steps_after=1100, runs=2, skip=5, probe=20, clock=lambda: now[0])
+    trainer = SimpleNamespace(global_step=0, max_steps=1100)
+    for step in range(1, 40):  # 0.5 s a step; nothing printed before step 25, one line after
+        now[0] += 0.5
+        trainer.global_step = step
+        clock.on_train_batch_end(trainer, None, None, None, step - 1)
+        assert (clock.message is None) == (step < 25)
+    err = capsys.readouterr().err
+    assert err.count("[quickstart]") == 1
+    # (1100 - 25 + 1100) steps at 0.5 s: 18 minutes; 300 s / (2 models x 0.5 s) = 300 steps fit the budget
+    assert "mdlm: 0.50 s a training step on this machine; about 18 min of training left for the 2 models" in err
+    assert "`seqdiff quickstart --max-steps 300` would" in err
+    fast = qs.ProjectedTime("ar", steps_after=0, runs=2).describe(0.1, 1000)
+    assert fast.endswith("about 100 s of training left for the 2 models")  # within the budget: no advice
+    assert "`seqdiff quickstart --max-steps 3` would" in qs.ProjectedTime("ar", 0, 2).describe(50.0, 10)
+
+
+def test_steps_to_train_counts_what_a_run_still_needs(tmp_path):
+    import seqdiff.quickstart as qs
+
+    assert qs._steps_to_train(tmp_path / "nothing", 1100) == 1100
