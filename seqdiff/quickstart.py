@@ -132,18 +132,22 @@ def _minutes(seconds: float) -> str:
     return f"{seconds:.0f} s" if seconds < 600 else f"{seconds / 60:.0f} min"
 
 
+def _steps_done(run_dir: Path) -> int | None:
+    """The step of a run's last checkpoint; None when it has none."""
+    last = run_dir / LAST_CHECKPOINT
+    return read_checkpoint(last).get("global_step", 0) if last.is_file() else None
+
+
 def _steps_to_train(run_dir: Path, max_steps: int) -> int:
     """Steps a run still has to train (0 when finished; reuse is checked later)."""
-    last = run_dir / LAST_CHECKPOINT
-    done = read_checkpoint(last).get("global_step", 0) if last.is_file() else 0
-    return max(0, max_steps - done)
+    return max(0, max_steps - (_steps_done(run_dir) or 0))
 
 
 def _run_state(run_dir: Path, max_steps: int) -> str:
-    last = run_dir / LAST_CHECKPOINT
-    if not last.is_file():
+    done = _steps_done(run_dir)
+    if done is None:
         return "new"
-    return "done" if read_checkpoint(last).get("global_step", 0) >= max_steps else "partial"
+    return "done" if done >= max_steps else "partial"
 
 
 REUSE_IGNORES = ("train.progress_bar", "train.wandb", "train.accelerator", "train.devices", "train.precision",
