@@ -4,6 +4,8 @@ the committed results.json (the reports' README.md files are written by hand).""
 import json
 from pathlib import Path
 
+import pytest
+
 REPORTS = Path(__file__).resolve().parents[1] / "reports"
 
 
@@ -22,8 +24,6 @@ def test_the_variance_table_shows_every_estimator_and_ratio():
 
 
 def test_the_variance_run_measures_the_chosen_estimators_and_always_the_baseline():
-    import pytest
-
     from experiments.estimator_variance import BASELINE, ESTIMATORS, chosen_estimators
 
     assert chosen_estimators("") == ESTIMATORS
@@ -67,3 +67,17 @@ def test_the_rc_table_shows_every_model_of_the_committed_results():
     for name, r in results["models"].items():
         assert f"| {name} | {r['step']} | {r['parameters']:,} | {r['bits_per_base']:.4f} |" in text
         assert r["delta_vs_plain_bits"] == r["bits_per_base"] - results["models"]["plain"]["bits_per_base"]
+
+
+def test_the_sweep_table_shows_dashes_for_a_method_a_candidate_did_not_train():
+    """`--methods mdlm` (a method.* candidate): the AR cells and the gap are dashes, not a KeyError or a zero."""
+    from experiments.quickstart_sweep import main, table
+
+    mdlm = {"valid_bits_per_character": 2.61234, "train_seconds": 601.4, "parameters": 5_689_119}
+    results = {"command": "python -m experiments.quickstart_sweep --methods mdlm", "torch_threads": 1,
+               "load_average_at_start": 2.0, "candidates": {"time_auto": {"overrides": ["method.time_sampling=auto"],
+                                                                          "methods": {"mdlm": mdlm}}}}
+    text = table(results)
+    assert "| time_auto | method.time_sampling=auto | 2.6123 | - | - | 601 | - | 5,689,119 |" in text
+    with pytest.raises(SystemExit):
+        main(["--methods", "sedd"])
