@@ -45,13 +45,16 @@ from seqdiff.training.run import LAST_CHECKPOINT, train
 # 5-minute budget (1,200 steps took 311 s: MDLM 2.81, AR 2.28 test bits; reports/quickstart_sweep/README.md).
 # model.kmer_sizes=[2, 3, 4, 5] (session 17, reports/quickstart_sweep/kmer): embeddings of the 2- to 5-character
 # windows around each position, MDLM 2.61 against 2.79 and AR 2.15 / 2.19 validation bits at 1,100 steps.
+# method.time_sampling: auto, the library's default (mask_count with mask_count_law=inverse_sqrt for this MDLM), in
+# place of the antithetic times the recipe kept since session 8 (session 28, reports/quickstart_sweep/time_sampling:
+# MDLM 2.549 / 2.548 validation bits against 2.608 / 2.618 under seeds 0 / 1, float32, 1,100 steps).
 # Samples: 16 per model (the known-word share counts about 400 words), nucleus top_p 0.9 for both models, the usual
 # setting; reports/quickstart/sampling_conv_mlp measures every setting (MDLM 45% known words at top_p 1, 54% at 0.9).
 QUICKSTART = RunConfig(
     name="quickstart",
     model=ModelConfig(preset="cpu-tiny", hidden_size=128, n_layers=2, n_heads=2, max_seq_len=128, local_conv=9,
                       local_conv_mlp=True, kmer_sizes=[2, 3, 4, 5], kmer_buckets=65536),
-    method=MethodConfig(name="mdlm", time_sampling="antithetic"),  # the recipe reports/quickstart_sweep chose
+    method=MethodConfig(name="mdlm"),  # time_sampling auto: mask_count, q(k) ∝ k^(-1/2), 0.06-0.07 bits ahead
     data=DataConfig(corpus="shakespeare", tokenizer="char", seq_len=128, batch_size=32, eval_batch_size=64),
     train=TrainConfig(max_steps=1100, lr=2e-3, warmup_steps=50, lr_schedule="cosine", ema_decay=0.9999,
                       val_every=250, val_batches=8, checkpoint_every=250, log_every=10, precision="bf16-if-native"),
@@ -264,6 +267,7 @@ def run_quickstart(out_dir: str | Path = "reports/quickstart", run_root: str | P
             "samples": gen.texts,
             "known_word_share": word_share,
             "words_counted": words_counted,
+            "training_noise": _training_noise(model.method),
         }
     mdlm, ar = results["models"]["mdlm"], results["models"]["ar"]
     results["relative_gap_bits"] = mdlm["bits_per_character"] / ar["bits_per_character"] - 1
@@ -302,7 +306,7 @@ def _precision(results: dict) -> str:
     setting = results["config"]["train"]["precision"]
     if results.get("precision") == "bf16-mixed":
         return f"bf16 autocast (train.precision={setting}: this machine multiplies bf16 natively)"
-    return f"float32 (train.precision={setting})"
+    return f"float32 (train.precision={setting}: this machine does not multiply bf16 natively)"
 
 
 def _works(split: str) -> str:
@@ -347,7 +351,8 @@ def _summary(results: dict) -> str:
         f"{cfg['model']['n_heads']} heads{_local_conv(cfg['model'])}{_kmers(cfg['model'])}, "
         f"blocks of {cfg['data']['seq_len']} characters, batch "
         f"{cfg['data']['batch_size']}, {m['steps']} steps ({m['tokens_seen']:,} training tokens each), AdamW "
-        f"lr {cfg['train']['lr']} with cosine decay, EMA weights for evaluation; {_precision(results)}.",
+        f"lr {cfg['train']['lr']} with cosine decay, EMA weights for evaluation; {_precision(results)}."
+        f"{_noise_sentence(m)}",
         "",
         _table(results),
         "",
@@ -379,6 +384,28 @@ def _summary(results: dict) -> str:
 
 SHOWN = 4
 """Samples of each model printed in summary.md (results.json keeps them all)."""
+
+
+def _training_noise(method) -> dict | None:
+    """What a diffusion model's training steps drew, as resolved from method.time_sampling (auto names no draw);
+    None for a method without one (AR)."""
+    sampling = getattr(method, "time_sampling", None)
+    if method.causal or sampling is None:
+        return None
+    return {"time_sampling": sampling,
+            "mask_count_law": getattr(method, "mask_count_law", None) if sampling == "mask_count" else None}
+
+
+def _noise_sentence(mdlm: dict) -> str:
+    """The summary's words for MDLM's training noise (empty for a results.json written before it was recorded)."""
+    noise = mdlm.get("training_noise")
+    if not noise:
+        return ""
+    if noise["time_sampling"] != "mask_count":
+        return f" MDLM's training noise: method.time_sampling {noise['time_sampling']}."
+    law = "q(k) ∝ k^(-1/2)" if noise["mask_count_law"] == "inverse_sqrt" else "k uniform on 1..n"
+    return (f" MDLM's training noise: method.time_sampling mask_count, mask_count_law {noise['mask_count_law']} "
+            f"(k of a row's n characters masked, {law}, weighted so that the NELBO estimate stays unbiased).")
 
 
 def _sampling(sample: dict) -> str:

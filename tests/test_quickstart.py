@@ -45,6 +45,10 @@ def test_quickstart_end_to_end_and_reuse(tmp_path, capsys, monkeypatch):
         assert r["train_seconds"] > 0
     assert results["models"]["mdlm"]["bound"] and not results["models"]["ar"]["bound"]
     assert results["models"]["mdlm"]["sampler"] == "cached"
+    # MDLM trained with what method.time_sampling=auto resolves to for it, and the summary says so; AR draws no noise
+    assert results["models"]["mdlm"]["training_noise"] == {"time_sampling": "mask_count",
+                                                           "mask_count_law": "inverse_sqrt"}
+    assert results["models"]["ar"]["training_noise"] is None
     ngram = results["ngram"]  # computed by the command on the same splits, the order chosen on validation
     assert ngram["order"] in qs.NGRAM_ORDERS and ngram["valid_bits_per_character_by_order"][str(ngram["order"])] == min(
         ngram["valid_bits_per_character_by_order"].values())
@@ -55,6 +59,7 @@ def test_quickstart_end_to_end_and_reuse(tmp_path, capsys, monkeypatch):
     assert "(model.kmer_sizes, hashed into at most 65,536 rows per size)" in summary
     assert "romeo_and_juliet" in summary and "| MDLM |" in summary and "| AR |" in summary
     assert "nucleus sampling at top_p 0.9" in summary  # the samples' setting is stated
+    assert "MDLM's training noise: method.time_sampling mask_count, mask_count_law inverse_sqrt" in summary
     shown = results["models"]["ar"]["samples"]
     assert f"    {shown[qs.SHOWN - 1]}\n" in summary and f"    {shown[qs.SHOWN]}\n" not in summary
     assert f"| n-gram (Witten-Bell, order {ngram['order']}) | {ngram['bits_per_character']:.4f} |" in summary
@@ -125,3 +130,13 @@ def test_steps_to_train_counts_what_a_run_still_needs(tmp_path):
     import seqdiff.quickstart as qs
 
     assert qs._steps_to_train(tmp_path / "nothing", 1100) == 1100
+
+
+def test_the_summary_names_mdlms_training_noise_as_resolved():
+    import seqdiff.quickstart as qs
+
+    assert qs._noise_sentence({}) == ""  # a results.json written before the field existed
+    assert qs._noise_sentence({"training_noise": {"time_sampling": "antithetic", "mask_count_law": None}}) == (
+        " MDLM's training noise: method.time_sampling antithetic.")
+    uniform = qs._noise_sentence({"training_noise": {"time_sampling": "mask_count", "mask_count_law": "uniform"}})
+    assert "mask_count_law uniform (k of a row's n characters masked, k uniform on 1..n" in uniform
