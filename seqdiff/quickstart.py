@@ -306,7 +306,8 @@ def _precision(results: dict) -> str:
     setting = results["config"]["train"]["precision"]
     if results.get("precision") == "bf16-mixed":
         return f"bf16 autocast (train.precision={setting}: this machine multiplies bf16 natively)"
-    return f"float32 (train.precision={setting}: this machine does not multiply bf16 natively)"
+    why = ": this machine does not multiply bf16 natively" if setting == "bf16-if-native" else ""
+    return f"float32 (train.precision={setting}{why})"
 
 
 def _works(split: str) -> str:

@@ -140,3 +140,15 @@ def test_the_summary_names_mdlms_training_noise_as_resolved():
         " MDLM's training noise: method.time_sampling antithetic.")
     uniform = qs._noise_sentence({"training_noise": {"time_sampling": "mask_count", "mask_count_law": "uniform"}})
     assert "mask_count_law uniform (k of a row's n characters masked, k uniform on 1..n" in uniform
+
+
+def test_the_summary_says_why_a_run_trained_in_float32():
+    import seqdiff.quickstart as qs
+
+    native = {"config": {"train": {"precision": "bf16-if-native"}}, "precision": "bf16-mixed"}
+    assert qs._precision(native) == ("bf16 autocast (train.precision=bf16-if-native: this machine multiplies bf16 "
+                                     "natively)")
+    assert qs._precision({**native, "precision": "32-true"}) == (
+        "float32 (train.precision=bf16-if-native: this machine does not multiply bf16 natively)")
+    assert qs._precision({"config": {"train": {"precision": "32"}}, "precision": "32-true"}) == (
+        "float32 (train.precision=32)")  # asked for: no reason to give
