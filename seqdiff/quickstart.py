@@ -267,7 +267,7 @@ def run_quickstart(out_dir: str | Path = "reports/quickstart", run_root: str | P
             "samples": gen.texts,
             "known_word_share": word_share,
             "words_counted": words_counted,
-            "training_noise": _training_noise(model.method),
+            "training_noise": model.method.training_noise(),
         }
     mdlm, ar = results["models"]["mdlm"], results["models"]["ar"]
     results["relative_gap_bits"] = mdlm["bits_per_character"] / ar["bits_per_character"] - 1
@@ -385,16 +385,6 @@ def _summary(results: dict) -> str:
 
 SHOWN = 4
 """Samples of each model printed in summary.md (results.json keeps them all)."""
-
-
-def _training_noise(method) -> dict | None:
-    """What a diffusion model's training steps drew, as resolved from method.time_sampling (auto names no draw);
-    None for a method without one (AR)."""
-    sampling = getattr(method, "time_sampling", None)
-    if method.causal or sampling is None:
-        return None
-    return {"time_sampling": sampling,
-            "mask_count_law": getattr(method, "mask_count_law", None) if sampling == "mask_count" else None}
 
 
 def _noise_sentence(mdlm: dict) -> str:

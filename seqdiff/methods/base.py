@@ -106,6 +106,15 @@ class Method(ABC):
         """Refuse a backbone this method cannot use (default: any backbone)."""
         return None
 
+    def training_noise(self) -> dict | None:
+        """What a training step draws, as method.time_sampling resolved (auto names no draw): {"time_sampling",
+        "mask_count_law" (mask_count only, else None)}; None for a method that draws no noise level (AR)."""
+        sampling = getattr(self, "time_sampling", None)
+        if sampling is None:
+            return None
+        return {"time_sampling": sampling,
+                "mask_count_law": getattr(self, "mask_count_law", None) if sampling == "mask_count" else None}
+
     def uses_fused_loss(self, backbone: nn.Module) -> bool:
         """Whether `loss` asks `backbone` for the head's cross-entropy instead of its logits (method.fused_loss;
         only methods whose loss is a weighted cross-entropy of the head, mdlm and ar, ask)."""

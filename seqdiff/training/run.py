@@ -348,10 +348,10 @@ def train(config: RunConfig, run_dir: str | Path, resume: bool = False,
                            tokenizer=tokenizer.to_dict(), seq_len=config.data.seq_len,
                            data=to_dict(config.data))
     if config.method.time_sampling == "auto" and rank_zero_only.rank == 0:  # say what the default chose
-        chosen = getattr(module.method, "time_sampling", None)
-        if chosen is not None:
-            law = f" with mask_count_law={module.method.mask_count_law}" if chosen == "mask_count" else ""
-            print(f"seqdiff: method.time_sampling=auto draws {chosen}{law}", file=sys.stderr)
+        noise = module.method.training_noise()
+        if noise is not None:
+            law = f" with mask_count_law={noise['mask_count_law']}" if noise["mask_count_law"] else ""
+            print(f"seqdiff: method.time_sampling=auto draws {noise['time_sampling']}{law}", file=sys.stderr)
     if config.model.init_from and not resume:  # a resumed run takes every weight from its checkpoint
         loaded = load_pretrained(module.backbone, config.model)
         if rank_zero_only.rank == 0:
