@@ -63,12 +63,14 @@ def test_report_is_written_from_the_result(tmp_path):
               "precision": "bf16 autocast", "peak_flops": 989.4e12, "peak_source": "table",
               "config": {"preset": "small", "seq_len": 1024, "batch_size": 32, "micro_batch_size": 16, "steps": 300,
                          "skip_steps": 30, "compile": True},
-              "runs": {"mdlm": run, "ar": dict(run, step_s_median=0.4)}, "mdlm_over_ar_step_time": 1.25}
+              "runs": {"mdlm": run, "ar": dict(run, step_s_median=0.4, dynamo_graphs=1, dynamo_graph_breaks=0)},
+              "mdlm_over_ar_step_time": 1.25}
     gpu_check.write_report(tmp_path, result)
     assert json.loads((tmp_path / "gpu_check.json").read_text()) == result
     md = (tmp_path / "README.md").read_text()
     assert "`python -m seqdiff.bench.gpu_check`" in md
-    assert "| mdlm | 1,234 | 0.5000 | 41.2% | 12.2 | True | 1.500 |" in md
+    assert "| mdlm | 1,234 | 0.5000 | 41.2% | 12.2 | True | 1.500 |" in md  # a report from before the counters
+    assert "| ar | 1,234 | 0.4000 | 41.2% | 12.2 | True (1 graph(s), 0 break(s)) | 1.500 |" in md
     assert "MDLM step time / AR step time: 1.250" in md
 
 

@@ -101,6 +101,20 @@ def overrides(method: str, args: argparse.Namespace, cuda: bool) -> list[str]:
     ]
 
 
+def dynamo_counters():
+    """torch._dynamo's process-wide counters (graphs compiled, graph breaks by reason)."""
+    from torch._dynamo.utils import counters
+
+    return counters
+
+
+def _compiled_cell(r: dict[str, Any]) -> str:
+    """`True (1 graph, 0 breaks)`; reports written before the counters were recorded show the flag alone."""
+    if not r["compiled"] or "dynamo_graphs" not in r:
+        return str(r["compiled"])
+    return f"True ({r['dynamo_graphs']} graph(s), {r['dynamo_graph_breaks']} break(s))"
+
+
 def run_one(method: str, args: argparse.Namespace, cuda: bool, peak: float | None, work: Path) -> dict[str, Any]:
     from seqdiff.bench.gpu_callbacks import StepProfiler, StepTimer  # Lightning: only once a run starts
     from seqdiff.training.run import train
@@ -112,6 +126,8 @@ def run_one(method: str, args: argparse.Namespace, cuda: bool, peak: float | Non
     if cuda:
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
+    counters = dynamo_counters()
+    counters.clear()  # this run's graphs and graph breaks only
     start = time.perf_counter()
     callbacks = [timer, profiler] if profiler else [timer]
     result = train(load_run_config(None, recipe), work / method, extra_callbacks=callbacks)
@@ -136,6 +152,9 @@ def run_one(method: str, args: argparse.Namespace, cuda: bool, peak: float | Non
         "final_train_loss": float(loss) if loss is not None else None,
         "wall_s": round(wall, 1),
         "compiled": bool(result.module._compiled),
+        # what torch.compile made of it: how many graphs, and how often it fell back to eager mid-function
+        "dynamo_graphs": counters["stats"].get("unique_graphs", 0),
+        "dynamo_graph_breaks": sum(counters["graph_break"].values()),
         "profile": profiler.summary if profiler else None,
     }
 
@@ -159,7 +178,7 @@ def render(result: dict[str, Any]) -> str:
         mem = f"{r['peak_memory_gb']:.1f}" if r["peak_memory_gb"] is not None else "n/a"
         loss = f"{r['final_train_loss']:.3f}" if r["final_train_loss"] is not None else "n/a"
         lines.append(f"| {method} | {r['tokens_per_s']:,.0f} | {r['step_s_median']:.4f} | {mfu_s} | {mem} | "
-                     f"{r['compiled']} | {loss} |")
+                     f"{_compiled_cell(r)} | {loss} |")
     profiles = {m: r["profile"] for m, r in result["runs"].items() if r.get("profile")}
     profiled = {m: pr for m, pr in profiles.items() if "error" not in pr}
     failed = {m: pr["error"] for m, pr in profiles.items() if "error" in pr}

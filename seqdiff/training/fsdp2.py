@@ -63,6 +63,26 @@ def shard_backbone(backbone: nn.Module, mesh) -> None:
     fully_shard(backbone, mesh=mesh)
 
 
+def compile_sharded(backbone: nn.Module) -> int:
+    """torch.compile each transformer block's `forward` of a sharded backbone; returns how many were compiled.
+
+    Why not `backbone.compile()` as in an unsharded run: fully_shard's hooks around every block are marked
+    `torch._dynamo.disable`, so a compiled whole backbone breaks its graph at each of them and most operators
+    run eagerly (2 blocks on CPU: 12 frames, 63 of 234 operator calls captured; the session-22 H200 run read
+    18.5% MFU compiled against 18.0% eager). Compiling each block's forward leaves the hooks (which run in
+    `nn.Module.__call__`, around `forward`) outside the graph: one graph with no break, shared by every block of
+    the same shape, while the root's embeddings and head stay eager (tests/test_fsdp2_compile.py counts both). The
+    compiled forward is an instance attribute: parameter names, state dicts and checkpoints are unchanged."""
+    import torch
+
+    count = 0
+    for block in backbone.modules():
+        if isinstance(block, BLOCKS) and "forward" not in vars(block):
+            block.forward = torch.compile(block.forward)
+            count += 1
+    return count
+
+
 def reshard(module: nn.Module) -> None:
     """Put back the sharded parameters of every unit. The root unit keeps its gathered weights after a
     forward pass with no backward (evaluation), so code that reads or writes `parameters()` calls this

@@ -93,7 +93,12 @@ class SeqDiffModule(L.LightningModule):
             device = self.trainer.strategy.root_device if self._trainer is not None else self.device
             reason = compile_unavailable(device)
             if reason is None:
-                self.backbone.compile()
+                if mesh is not None:  # fsdp2: per block, outside the sharding hooks (see compile_sharded)
+                    from seqdiff.training.fsdp2 import compile_sharded
+
+                    compile_sharded(self.backbone)
+                else:
+                    self.backbone.compile()
                 self._compiled = True
             else:
                 warnings.warn(f"train.compile=true: torch.compile is unavailable here ({reason}); training eagerly",
