@@ -67,11 +67,11 @@ def compile_sharded(backbone: nn.Module) -> int:
     """torch.compile each transformer block's `forward` of a sharded backbone; returns how many were compiled.
 
     Why not `backbone.compile()` as in an unsharded run: fully_shard's hooks around every block are marked
-    `torch._dynamo.disable`, so a compiled whole backbone breaks its graph at each of them and most operators
-    run eagerly (2 blocks on CPU: 12 frames, 63 of 234 operator calls captured; the session-22 H200 run read
-    18.5% MFU compiled against 18.0% eager). Compiling each block's forward leaves the hooks (which run in
-    `nn.Module.__call__`, around `forward`) outside the graph: one graph with no break, shared by every block of
-    the same shape, while the root's embeddings and head stay eager (tests/test_fsdp2_compile.py counts both). The
+    `torch._dynamo.disable`, so a compiled whole backbone breaks its graph at each of them and most operators run
+    eagerly (the test preset with 4 blocks on CPU: 12 frames, 63 of 234 operator calls captured; the session-22 H200
+    run read 18.5% MFU compiled against 18.0% eager). Compiling each block's forward leaves the hooks (which run in
+    `nn.Module.__call__`, around `forward`) outside the graph: one graph with no break, shared by every block of the
+    same shape, while the root's embeddings and head stay eager (tests/test_fsdp2_compile.py counts both). The
     compiled forward is an instance attribute: parameter names, state dicts and checkpoints are unchanged."""
     import torch
 
