@@ -11,6 +11,7 @@ An interrupted quickstart resumes its runs on the next call; a finished run is r
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import json
 import os
 import shutil
@@ -222,8 +223,10 @@ def run_quickstart(out_dir: str | Path = "reports/quickstart", run_root: str | P
         shutil.rmtree(run_root)
     torch.set_float32_matmul_precision("high")
     start = time.perf_counter()
-    command = ("seqdiff quickstart" + (f" --max-steps {max_steps}" if max_steps else "")
-               + (f" --seed {seed}" if seed is not None else ""))
+    default_out = Path(inspect.signature(run_quickstart).parameters["out_dir"].default)
+    command = ("seqdiff quickstart" + (f" --out {out_dir}" if out_dir != default_out else "")
+               + (f" --max-steps {max_steps}" if max_steps else "")
+               + (f" --seed {seed}" if seed is not None else ""))  # what rewrites this report (runs go anywhere)
     results: dict = {"command": command,
                      "config": dataclasses.asdict(base), "torch_threads": torch.get_num_threads(),
                      "precision": resolve_precision(base.train.precision, base.train.accelerator),

@@ -69,7 +69,7 @@ def test_quickstart_end_to_end_and_reuse(tmp_path, capsys, monkeypatch):
     assert main([*args, "--seed", "1"]) == 2
     err = capsys.readouterr().err
     assert "holds a finished run of another recipe (train.seed: 0 -> 1)" in err and "--overwrite" in err
-    assert json.loads((out / "results.json").read_text())["command"] == "seqdiff quickstart --max-steps 3"
+    assert json.loads((out / "results.json").read_text())["command"] == f"seqdiff quickstart --out {out} --max-steps 3"
     # a later call reuses finished runs instead of training again
     assert qs._run_state(runs / "mdlm", 3) == "done" and qs._run_state(runs / "mdlm", 4) == "partial"
     assert qs._run_state(tmp_path / "nothing", 2) == "new"
