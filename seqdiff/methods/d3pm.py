@@ -75,6 +75,8 @@ class D3PM(MDLM):
         a_t, a_s = self.grid_alpha(step / T), self.grid_alpha((step - 1) / T)
         return (T * (a_s - a_t) / (1 - a_t)).float()
 
+    reveals_by_position = False  # its reverse step is the pinned-grid posterior below, not MDLM's reveal step
+
     def reverse_step(self, x0_probs: Tensor, xt: Tensor, t: Tensor, s: Tensor,
                      generator: torch.Generator | None = None) -> Tensor:
         """Draw x_s ~ p(x_s | x_t) (eq. 4) on the pinned grid; with SUBS x0_probs has no MASK mass."""

@@ -55,6 +55,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -341,6 +343,44 @@ class MDLM(Method):
             return probs_from_logits(logits, temperature)
         return probs_from_logits(self.subs_logits(logits), temperature)
 
+    @property
+    def reveals_by_position(self) -> bool:
+        """Whether `reveal_step` (x_theta asked only where a step reveals) is this method's reverse step: SUBS."""
+        return self.subs
+
+    @torch.no_grad()
+    def denoise_masked(self, backbone: nn.Module, xt: Tensor, t: Tensor) -> tuple[Tensor, Tensor]:
+        """x_theta(x_t) where a SUBS reverse step reads it: (flat positions b * L + i of x_t's masked tokens (N,),
+        increasing; their SUBS logits (N, V), MASK at -inf). The sparse head where the backbone has one, else the
+        full output gathered at those positions. `denoise` is this made into float64 probabilities at every
+        position; samplers that reveal a few tokens a step take probabilities only where they reveal."""
+        if self.uses_sparse_head(backbone):
+            return self.masked_logits(backbone, xt, t)
+        logits = backbone(xt, noise_level=self.noise_level(t))  # (B, L, V)
+        index = (xt == self.mask_id).flatten().nonzero()[:, 0]  # (N,)
+        return index, self.subs_logits(logits).flatten(0, 1)[index]
+
+    def reveal_step(self, x0_probs_at: Callable[[Tensor], Tensor], xt: Tensor, t: Tensor, s: Tensor,
+                    generator: torch.Generator | None = None) -> Tensor:
+        """The SUBS reverse step from t to s with x_theta given as a function: flat positions (R,) -> float64
+        probabilities there (R, V), asked only for the positions this step reveals (`reverse_step` with the
+        whole (B, L, V) tensor is this with a lookup)."""
+        reveal = self.reveal_mask(xt, t, s, generator)  # (B, L)
+        xs = xt.clone(memory_format=torch.contiguous_format)  # row-major, so positions index xs.view(-1)
+        if reveal.any():
+            positions = reveal.flatten().nonzero()[:, 0]  # (R,) row-major, the order of xs[reveal]
+            xs.view(-1)[positions] = sample_categorical(x0_probs_at(positions), generator)
+        return xs
+
+    def fill_remaining_at(self, x0_probs_at: Callable[[Tensor], Tensor], xt: Tensor) -> Tensor:
+        """`fill_remaining` (SUBS) with x_theta given as in `reveal_step`: each MASK left takes its most likely
+        token."""
+        xs = xt.clone(memory_format=torch.contiguous_format)
+        positions = (xt == self.mask_id).flatten().nonzero()[:, 0]
+        if len(positions):
+            xs.view(-1)[positions] = x0_probs_at(positions).argmax(-1)
+        return xs
+
     def reverse_step(self, x0_probs: Tensor, xt: Tensor, t: Tensor, s: Tensor,
                      generator: torch.Generator | None = None) -> Tensor:
         """Draw x_s ~ q(x_s | x_t, x_0 ~ x0_probs) for s < t; (B,) times. Unmasked tokens never change.
@@ -353,11 +393,7 @@ class MDLM(Method):
         if not self.subs:
             return absorbing_reverse_step(x0_probs, xt, self.grid_alpha(s.double()), self.grid_alpha(t.double()),
                                           self.mask_id, generator)
-        reveal = self.reveal_mask(xt, t, s, generator)  # (B, L)
-        xs = xt.clone()
-        if reveal.any():
-            xs[reveal] = sample_categorical(x0_probs[reveal], generator)
-        return xs
+        return self.reveal_step(lambda positions: x0_probs.flatten(0, 1)[positions], xt, t, s, generator)
 
     def reveal_mask(self, xt: Tensor, t: Tensor, s: Tensor, generator: torch.Generator | None = None) -> Tensor:
         """(B, L) positions a SUBS reverse step from t to s reveals: each masked token independently, with

@@ -12,15 +12,38 @@ them as clean context at every step. With an exact denoiser this samples the exa
 positions given the fixed ones (for any subset of positions, not only prefixes).
 
 Decoding controls: temperature and nucleus (top-p) filtering apply to x_theta before each reveal.
+
+Where the work goes (SUBS MDLM): a step reads x_theta only at the few positions it reveals, so the loop keeps
+the denoiser's logits at the masked positions (`MaskedX0`) and makes float64 probabilities, temperature and the
+nucleus filter (a sort over the vocabulary) only there. Materializing (B, L, V) float64 probabilities at every
+step, as `denoise` does for the samplers that need them all, cost most of a sampling run at GPT-2's vocabulary.
+The draws are the same, so the tokens are identical for the same generator (tests/test_samplers_lazy.py).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 import torch
 from torch import Tensor
 
-from seqdiff.categorical import top_p_filter
+from seqdiff.categorical import probs_from_logits, top_p_filter
 from seqdiff.samplers.base import SampleOutput, Sampler
+
+
+@dataclass
+class MaskedX0:
+    """x_theta(x_t) kept as the denoiser's SUBS logits at x_t's masked positions."""
+
+    index: Tensor
+    """(N,) flat positions b * L + i of the masked tokens, increasing."""
+    logits: Tensor
+    """(N, V) their logits, MASK at -inf."""
+
+    def at(self, positions: Tensor) -> Tensor:
+        """The logits at `positions` (R,), flat positions that are all in `index`: (R, V)."""
+        return self.logits[torch.searchsorted(self.index, positions)]
 
 
 class MDLMAncestralSampler(Sampler):
@@ -42,6 +65,25 @@ class MDLMAncestralSampler(Sampler):
         """x_theta(x_t) and the number of backbone calls it took (overridden by the cached sampler)."""
         return self.denoise_fresh(xt, t), 1
 
+    def masked_x0(self, xt: Tensor, t: Tensor, cache: dict) -> tuple[MaskedX0, int]:
+        """x_theta(x_t) at the masked positions, and the backbone calls it took (the cached sampler reuses)."""
+        return MaskedX0(*self.method.denoise_masked(self.backbone, xt, t.float())), 1
+
+    def probs_at(self, x0: MaskedX0) -> Callable[[Tensor], Tensor]:
+        """Flat positions (R,) -> float64 probabilities there (R, V), with temperature and the nucleus filter: what
+        `denoise_fresh` gives at those positions, computed for them alone."""
+
+        def probs(positions: Tensor) -> Tensor:
+            p = probs_from_logits(x0.at(positions), self.temperature)
+            return top_p_filter(p, self.top_p) if self.top_p < 1.0 else p
+
+        return probs
+
+    @property
+    def lazy(self) -> bool:
+        """Whether `generate` keeps x_theta as masked-position logits (SUBS MDLM; D3PM's steps read it all)."""
+        return bool(getattr(self.method, "reveals_by_position", False))
+
     @torch.no_grad()
     def generate(self, batch_size: int, seq_len: int, generator: torch.Generator | None = None,
                  given: Tensor | None = None) -> SampleOutput:
@@ -49,15 +91,24 @@ class MDLMAncestralSampler(Sampler):
         method = self.method
         x = self.masked_start(batch_size, seq_len, given, device)  # (B, L); given tokens stay revealed
         grid = self.time_grid(device)
-        calls, cache, probs = 0, {}, None
+        calls, cache = 0, {}
         for i in range(self.steps):
             t = grid[i].expand(batch_size)  # (B,)
             s = grid[i + 1].expand(batch_size)
-            probs, n = self.denoise(x, t, cache)  # (B, L, V) float64
+            if self.lazy:
+                x0, n = self.masked_x0(x, t, cache)
+                x = method.reveal_step(self.probs_at(x0), x, t, s, generator)
+            else:
+                probs, n = self.denoise(x, t, cache)  # (B, L, V) float64
+                x = method.reverse_step(probs, x, t, s, generator)
             calls += n
-            x = method.reverse_step(probs, x, t, s, generator)
         if (x == method.mask_id).any():  # noise removal for schedules with alpha(0) < 1
-            probs, n = self.denoise(x, grid[-1].expand(batch_size), cache)
+            t = grid[-1].expand(batch_size)
+            if self.lazy:
+                x0, n = self.masked_x0(x, t, cache)
+                x = method.fill_remaining_at(self.probs_at(x0), x)
+            else:
+                probs, n = self.denoise(x, t, cache)
+                x = method.fill_remaining(probs, x)
             calls += n
-            x = method.fill_remaining(probs, x)
         return SampleOutput(tokens=x, num_denoiser_calls=calls)

@@ -9,10 +9,11 @@ random draws are the same as the ancestral sampler's, so both give identical tok
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor
 
 from seqdiff.samplers.base import SamplerError
-from seqdiff.samplers.mdlm_ancestral import MDLMAncestralSampler
+from seqdiff.samplers.mdlm_ancestral import MaskedX0, MDLMAncestralSampler
 
 
 class MDLMCachedSampler(MDLMAncestralSampler):
@@ -40,3 +41,32 @@ class MDLMCachedSampler(MDLMAncestralSampler):
                 calls = 1
         cache["x"], cache["probs"] = xt, probs
         return probs, calls
+
+    def masked_x0(self, xt: Tensor, t: Tensor, cache: dict) -> tuple[MaskedX0, int]:
+        """`denoise`'s reuse for the masked-position logits: rows that revealed nothing keep theirs (their masked
+        positions are the same), changed rows are recomputed in one call."""
+        prev_x, prev = cache.get("x"), cache.get("x0")
+        changed = None if prev_x is None else (xt != prev_x).any(dim=-1)  # (B,)
+        if changed is None or changed.all():
+            x0, calls = MaskedX0(*self.method.denoise_masked(self.backbone, xt, t.float())), 1
+        elif not changed.any():
+            x0, calls = prev, 0
+        else:
+            x0, calls = self._merge(xt, t, changed, prev), 1
+        cache["x"], cache["x0"] = xt, x0
+        return x0, calls
+
+    def _merge(self, xt: Tensor, t: Tensor, changed: Tensor, prev: MaskedX0) -> MaskedX0:
+        """The changed rows' logits fresh (one call on those rows), the others' from `prev`, in position order."""
+        B, L = xt.shape
+        rows = changed.nonzero()[:, 0]  # (b,) the changed rows, increasing
+        fresh = MaskedX0(*self.method.denoise_masked(self.backbone, xt[rows], t[rows].float()))
+        index = (xt == self.method.mask_id).flatten().nonzero()[:, 0]  # (N,) every masked position now
+        row_of = index // L
+        from_fresh = changed[row_of]  # (N,)
+        logits = torch.empty((len(index), fresh.logits.shape[-1]), dtype=fresh.logits.dtype, device=xt.device)
+        logits[~from_fresh] = prev.at(index[~from_fresh]).to(logits.dtype)
+        rank = torch.cumsum(changed, 0) - 1  # (B,) a changed row's place among the changed rows
+        logits[from_fresh] = fresh.at(rank[row_of[from_fresh]] * L + index[from_fresh] % L)
+        return MaskedX0(index, logits)
+
