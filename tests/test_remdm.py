@@ -53,8 +53,8 @@ def test_one_step_keeps_the_forward_marginals(schedule, eta, t, s):
     a_s, _, _ = sampler.alphas(ss)
     xt = torch.where(torch.rand((N, L), generator=g, dtype=torch.float64) < 1 - a_t[:, None], MASK, x0)
     probs = sampler.denoise_fresh(xt, tt)
-    xs = sampler.step(probs, xt, torch.zeros_like(xt, dtype=torch.bool), torch.zeros(N, L, dtype=torch.float64),
-                      tt, ss, g)
+    xs = sampler.step(lambda positions: probs.flatten(0, 1)[positions], xt, torch.zeros_like(xt, dtype=torch.bool),
+                      torch.zeros(N, L, dtype=torch.float64), tt, ss, g)
     a_s = float(a_s[0])
     remasked = int(((xt != MASK) & (xs == MASK)).sum())
     assert remasked > 100 or schedule == "rescale" and s == 0.0  # remasking happened (none at s = 0)

@@ -123,3 +123,29 @@ def test_the_sampler_experiment_runs_both_arms_to_the_same_tokens():
                "config": {"threads": 1, "hidden": 128, "layers": 2, "vocab_size": 300, "batch": 2, "seq_len": 12,
                           "steps": 6, "rounds": 1}}
     assert "| 0.9 | 1.00 | 3.00 | 3.00x | 10 | 20 | 6 | True |" in sampler_lazy.table(results)
+
+
+@pytest.mark.parametrize("schedule", ["cap", "conf"])
+def test_remdm_step_with_probabilities_at_revealed_positions_equals_the_dense_step(schedule):
+    """ReMDM's step asks x_theta only where it reveals (ReMDMSampler.probs_of); against every position's float64
+    probabilities with the nucleus filter, as the step took them before: the same tokens and confidences."""
+    from seqdiff.categorical import probs_from_logits
+    from seqdiff.samplers.remdm import ReMDMSampler
+
+    method = MDLM(MethodConfig(), TOK)
+    sampler = ReMDMSampler(method, TinyNet(10).eval(), steps=10, temperature=0.8, top_p=0.7, schedule=schedule,
+                           eta=0.1)
+    g = torch.Generator().manual_seed(0)
+    x = torch.randint(0, 3, (6, 10), generator=g)
+    x[torch.rand(6, 10, generator=g) < 0.5] = method.mask_id
+    logits = method.subs_logits(torch.randn(6, 10, TOK.vocab_size, generator=g))
+    dense = probs_from_logits(logits, 0.8, 0.7)  # (B, L, V)
+    t, s = torch.full((6,), 0.6, dtype=torch.float64), torch.full((6,), 0.5, dtype=torch.float64)
+    fixed = torch.zeros_like(x, dtype=torch.bool)
+    conf_a = torch.rand(6, 10, dtype=torch.float64, generator=g)
+    conf_b = conf_a.clone()
+    a = sampler.step(sampler.probs_of(logits), x, fixed, conf_a, t, s, torch.Generator().manual_seed(1))
+    b = sampler.step(lambda positions: dense.flatten(0, 1)[positions], x, fixed, conf_b, t, s,
+                     torch.Generator().manual_seed(1))
+    assert torch.equal(a, b) and torch.equal(conf_a, conf_b)
+    assert ((x == method.mask_id) & (a != method.mask_id)).any()  # the step revealed something

@@ -46,6 +46,7 @@ the same `steps` ReMDM steps over its own tokens; the block's given tokens are n
 from __future__ import annotations
 
 import typing
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
@@ -129,9 +130,11 @@ class ReMDMSampler(MDLMAncestralSampler):
             sig = torch.where(band, torch.full_like(cap, self.eta), torch.zeros_like(cap))
         return sig.expand_as(conf), sig
 
-    def step(self, probs: Tensor, x: Tensor, fixed: Tensor, conf: Tensor, t: Tensor, s: Tensor,
-             generator: torch.Generator | None) -> Tensor:
-        """x_s from x_t (B, L) under the ReMDM posterior; updates `conf` (B, L) in place for revealed tokens."""
+    def step(self, probs_at: Callable[[Tensor], Tensor], x: Tensor, fixed: Tensor, conf: Tensor, t: Tensor,
+             s: Tensor, generator: torch.Generator | None) -> Tensor:
+        """x_s from x_t (B, L) under the ReMDM posterior; updates `conf` (B, L) in place for revealed tokens.
+        `probs_at`: flat positions (R,) -> x_theta's float64 probabilities there (R, V), asked only where the step
+        reveals (as the MDLM ancestral sampler does; the nucleus filter's sort runs at those rows only)."""
         mask_id = self.method.mask_id
         a_t, one_minus_a_t, _ = self.alphas(t)
         a_s, _, _ = self.alphas(s)
@@ -145,9 +148,10 @@ class ReMDMSampler(MDLMAncestralSampler):
         remask = decoded & (u < sig_decoded)
         xs = x.clone()
         if reveal.any():
-            drawn = sample_categorical(probs[reveal], generator)
+            at = probs_at(reveal.flatten().nonzero()[:, 0])  # (R, V), row-major: the order of xs[reveal]
+            drawn = sample_categorical(at, generator)
             xs[reveal] = drawn
-            conf[reveal] = probs[reveal].gather(-1, drawn[:, None])[:, 0]
+            conf[reveal] = at.gather(-1, drawn[:, None])[:, 0]
         xs[remask] = mask_id
         return xs
 
@@ -171,15 +175,18 @@ class ReMDMSampler(MDLMAncestralSampler):
         for i in range(self.steps):
             t = grid[i].expand(B)  # (B,)
             s = grid[i + 1].expand(B)
-            probs = probs_from_logits(denoise(x, self.alphas(t)[2], None), self.temperature, self.top_p)  # (B, n, V)
-            x = self.step(probs, x, fixed, conf, t, s, generator)
+            x = self.step(self.probs_of(denoise(x, self.alphas(t)[2], None)), x, fixed, conf, t, s, generator)
             self.trace.append((float(grid[i + 1]), float((x == method.mask_id).double().mean())))
         calls = self.steps
         if (x == method.mask_id).any():  # noise removal for schedules with alpha(0) < 1
-            probs = probs_from_logits(denoise(x, grid[-1].expand(B), None), self.temperature, self.top_p)
             calls += 1
-            x = method.fill_remaining(probs, x)
+            x = method.fill_remaining_at(self.probs_of(denoise(x, grid[-1].expand(B), None)), x)
         return x, calls
+
+    def probs_of(self, logits: Tensor) -> Callable[[Tensor], Tensor]:
+        """Logits (B, n, V) -> flat positions (R,) -> float64 probabilities there with temperature and top_p."""
+        flat = logits.flatten(0, 1)
+        return lambda positions: probs_from_logits(flat[positions], self.temperature, self.top_p)
 
     def stats(self) -> dict:
         """The remasking schedule and its parameters, for the sample command and the reports."""
