@@ -63,13 +63,13 @@ class ConfidenceSampler(MDLMAncestralSampler):
         probability under the model at temperature 1, and the largest such probability there (B, L) float64
         (0 at unmasked positions). Confidence is the untempered probability, so that greedy decoding (temperature
         0, whose tempered probabilities are all 1) still ranks positions."""
-        model = probs_from_logits(denoise(x, t, None))  # (B, L, V) float64, temperature 1
+        logits = denoise(x, t, None)  # (B, L, V)
         masked = x == self.method.mask_id
         drawn = x.clone()
         p_drawn = torch.zeros(x.shape, dtype=torch.float64, device=x.device)
         p_max = torch.zeros_like(p_drawn)
         if masked.any():
-            sel = model[masked]  # (n, V)
+            sel = probs_from_logits(logits[masked])  # (n, V) float64 at temperature 1, at the masked positions only
             tokens = sample_categorical(probs_from_logits(sel.log(), self.temperature, self.top_p), generator)
             drawn[masked] = tokens
             p_drawn[masked] = sel.gather(-1, tokens[:, None])[:, 0]
