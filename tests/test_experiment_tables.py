@@ -81,3 +81,18 @@ def test_the_sweep_table_shows_dashes_for_a_method_a_candidate_did_not_train():
     assert "| time_auto | method.time_sampling=auto | 2.6123 | - | - | 601 | - | 5,689,119 |" in text
     with pytest.raises(SystemExit):
         main(["--methods", "sedd"])
+
+
+def test_fsdp2_compile_graphs_table():
+    from experiments.fsdp2_compile_graphs import table
+
+    way = {"frames": 12, "frames_ok": 11, "graph_breaks": 1, "calls_captured": 63, "unique_graphs": 3,
+           "break_reasons": ["Attempted to call function marked as skipped"]}
+    results = {"command": "python -m experiments.fsdp2_compile_graphs", "date": "d", "torch": "t",
+               "config": {"layers": 4, "batch": 4, "seq_len": 16, "steps": 3},
+               "ways": {"sharded whole": way,
+                        "sharded per block": dict(way, frames=1, frames_ok=1, graph_breaks=0, calls_captured=56,
+                                                  unique_graphs=1, break_reasons=[])}}
+    md = table(results)
+    assert "| sharded whole | 12 (11) | 1 | 63 | 3 |" in md and "| sharded per block | 1 (1) | 0 | 56 | 1 |" in md
+    assert "Graph breaks: sharded whole: Attempted to call function marked as skipped" in md

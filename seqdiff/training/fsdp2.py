@@ -71,8 +71,9 @@ def compile_sharded(backbone: nn.Module) -> int:
     eagerly (the test preset with 4 blocks on CPU: 12 frames, 63 of 234 operator calls captured; the session-22 H200
     run read 18.5% MFU compiled against 18.0% eager). Compiling each block's forward leaves the hooks (which run in
     `nn.Module.__call__`, around `forward`) outside the graph: one graph with no break, shared by every block of the
-    same shape, while the root's embeddings and head stay eager (tests/test_fsdp2_compile.py counts both). The
-    compiled forward is an instance attribute: parameter names, state dicts and checkpoints are unchanged."""
+    same shape, while the root's embeddings and head stay eager (reports/bench/fsdp2_compile;
+    tests/test_fsdp2_compile.py). The compiled forward is an instance attribute: parameter names, state dicts and
+    checkpoints are unchanged."""
     import torch
 
     count = 0
