@@ -43,6 +43,7 @@ Design choices
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import ClassVar
 
 import torch
@@ -111,9 +112,11 @@ class BD3LMSampler(Sampler):
             raise SamplerError(f"method.block_size={self.method.block_size} exceeds the sampling context {context}")
         return context // self.method.block_size - 1
 
-    def _probs(self, logits: Tensor) -> Tensor:
-        """x_theta as float64 (b, L', V): SUBS (no MASK mass), temperature, nucleus filter."""
-        return probs_from_logits(self.method.subs_logits(logits), self.temperature, self.top_p)
+    def _probs_at(self, logits: Tensor) -> Callable[[Tensor], Tensor]:
+        """SUBS logits (b, L', V) -> flat positions (R,) -> x_theta's float64 probabilities there (R, V), with
+        temperature and the nucleus filter: made only where a step reveals, as in the MDLM ancestral sampler."""
+        flat = logits.flatten(0, 1)
+        return lambda positions: probs_from_logits(flat[positions], self.temperature, self.top_p)
 
     def _logits(self, block: Tensor, prefix: Tensor, cache) -> Tensor:
         """The backbone's logits (b, L', V) for the block x_t^b read after its clean prefix x^<b (b rows of each)."""
@@ -126,11 +129,11 @@ class BD3LMSampler(Sampler):
         return self.backbone(seq, attn_mask=mask)[:, -block.shape[1]:]
 
     def _denoise(self, block: Tensor, prefix: Tensor, cache, rows: Tensor | None) -> Tensor:
-        """x_theta(x_t^b | x^<b) for the rows `rows` (None: all): (b, L', V) float64."""
+        """x_theta(x_t^b | x^<b) for the rows `rows` (None: all) as SUBS logits (b, L', V), MASK at -inf."""
         if rows is not None:
             block, prefix = block[rows], prefix[rows]
             cache = None if cache is None else cache.select_rows(rows)
-        return self._probs(self._logits(block, prefix, cache))
+        return self.method.subs_logits(self._logits(block, prefix, cache))
 
     def block_denoiser(self, prefix: Tensor, cache) -> Denoiser:
         """The current block's denoiser for a within-block sampler: SUBS logits of x_t (its rows `rows` of the B
@@ -154,25 +157,26 @@ class BD3LMSampler(Sampler):
         method, mask_id = self.method, self.method.mask_id
         B = block.shape[0]
         grid = self.time_grid(block.device)
-        probs, prev, calls = None, None, 0
+        logits, prev, calls = None, None, 0  # the SUBS logits (B, L', V); probabilities only where a step reveals
         for i in range(self.steps):
             if not (block == mask_id).any():
                 break  # every token is revealed: later steps would change nothing
-            if probs is None:
-                probs, calls = self._denoise(block, prefix, cache, None), calls + 1
+            if logits is None:
+                logits, calls = self._denoise(block, prefix, cache, None), calls + 1
             else:
                 changed = (block != prev).any(dim=-1)  # (B,) rows where a token was revealed
                 if changed.all():
-                    probs, calls = self._denoise(block, prefix, cache, None), calls + 1
+                    logits, calls = self._denoise(block, prefix, cache, None), calls + 1
                 elif changed.any():
-                    probs = probs.clone()
-                    probs[changed] = self._denoise(block, prefix, cache, changed)
+                    logits = logits.clone()
+                    logits[changed] = self._denoise(block, prefix, cache, changed)
                     calls += 1
             prev = block
-            block = method.reverse_step(probs, block, grid[i].expand(B), grid[i + 1].expand(B), generator)
+            block = method.reveal_step(self._probs_at(logits), block, grid[i].expand(B), grid[i + 1].expand(B),
+                                       generator)
         if (block == mask_id).any():  # noise removal for schedules with alpha(0) < 1
-            probs, calls = self._denoise(block, prefix, cache, None), calls + 1
-            block = method.fill_remaining(probs, block)
+            logits, calls = self._denoise(block, prefix, cache, None), calls + 1
+            block = method.fill_remaining_at(self._probs_at(logits), block)
         return block, calls
 
     def fill_block(self, block: Tensor, prefix: Tensor, cache, generator) -> tuple[Tensor, int]:
