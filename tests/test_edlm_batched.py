@@ -82,3 +82,16 @@ def test_candidate_rows_match_one_row_calls():
     gens = row_generators(4, torch.Generator().manual_seed(1), "cpu")
     rows = torch.cat([draw_candidates(probs[r : r + 1], xt[r : r + 1], 6, 3, gens[r]) for r in range(4)])
     assert torch.equal(batched, rows) and (batched[..., 1] == 1).all()
+
+
+def test_candidates_log_mu_equals_masked_log_mu_of_repeated_probabilities():
+    from seqdiff.edlm.base import candidates_log_mu
+
+    g = torch.Generator().manual_seed(3)
+    probs = torch.softmax(torch.randn(4, 5, 7, generator=g, dtype=torch.float64), -1)
+    xt = torch.tensor([[6, 1, 6, 6, 2], [6, 6, 6, 6, 6], [0, 1, 2, 3, 4], [6, 0, 6, 1, 6]])
+    cands = draw_candidates_rows(probs, xt, 6, 3, row_generators(4, torch.Generator().manual_seed(1), "cpu"))
+    got = candidates_log_mu(probs, cands, xt, 6)  # (4, 3)
+    want = masked_log_mu(probs.repeat_interleave(3, 0), cands.reshape(12, 5), xt.repeat_interleave(3, 0), 6)
+    assert torch.equal(got.reshape(12), want)
+    assert (got[2] == 0).all() and (got[1] < 0).all()  # nothing masked: log 1; all masked: a sum of logs

@@ -58,6 +58,13 @@ def masked_log_mu(probs: Tensor, x0: Tensor, xt: Tensor, mask_id: int) -> Tensor
     return torch.where(xt == mask_id, token_p.log(), torch.zeros_like(token_p)).sum(-1)
 
 
+def candidates_log_mu(probs: Tensor, cands: Tensor, xt: Tensor, mask_id: int) -> Tensor:
+    """`masked_log_mu` of k candidates per row without k copies of the probabilities: probs (B, L, V), cands
+    (B, k, L), xt (B, L) -> (B, k) float64; the values of masked_log_mu(probs.repeat_interleave(k, 0), ...)."""
+    token_p = probs.gather(-1, cands.transpose(1, 2)).transpose(1, 2).double()  # (B, k, L)
+    return torch.where(xt[:, None] == mask_id, token_p.log(), torch.zeros_like(token_p)).sum(-1)
+
+
 def draw_candidates(probs: Tensor, xt: Tensor, mask_id: int, k: int, generator: torch.Generator | None) -> Tensor:
     """k draws x0 ~ mu(. | x_t) per row: (B, L, V) probs, (B, L) x_t -> (B, k, L); unmasked tokens carried over."""
     B, L, V = probs.shape

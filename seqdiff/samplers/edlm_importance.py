@@ -34,7 +34,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from seqdiff.edlm.base import categorical_from_uniforms, draw_candidates_rows, masked_log_mu, row_uniforms
+from seqdiff.edlm.base import candidates_log_mu, categorical_from_uniforms, draw_candidates_rows, row_uniforms
 from seqdiff.samplers.base import SampleOutput, SamplerError
 from seqdiff.samplers.mdlm_cached import MDLMCachedSampler
 
@@ -86,7 +86,7 @@ class EDLMImportanceSampler(MDLMCachedSampler):
         cands = draw_candidates_rows(probs, xt, mask_id, k, gens)  # (B, k, L): all rows' candidates at once
         flat = cands.reshape(B * k, L)
         xt_rep = xt.repeat_interleave(k, 0)  # (B k, L)
-        log_mu = masked_log_mu(probs.repeat_interleave(k, 0), flat, xt_rep, mask_id)  # (B k,)
+        log_mu = candidates_log_mu(probs, cands, xt, mask_id).reshape(B * k)  # (B k,), no k copies of probs
         log_w = -self.energy(flat, xt_rep, log_mu, chunk=max(256, B * k)).view(B, k)  # (B, k): one forward
         weights = torch.softmax(log_w, dim=-1)  # self-normalized within each row
         pick = categorical_from_uniforms(weights, row_uniforms(gens, (k,), xt.device))  # (B,)
