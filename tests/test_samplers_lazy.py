@@ -127,7 +127,7 @@ def test_the_sampler_experiment_runs_both_arms_to_the_same_tokens():
 
 @pytest.mark.parametrize("schedule", ["cap", "conf"])
 def test_remdm_step_with_probabilities_at_revealed_positions_equals_the_dense_step(schedule):
-    """ReMDM's step asks x_theta only where it reveals (ReMDMSampler.probs_of); against every position's float64
+    """ReMDM's step asks x_theta only where it reveals (Sampler.probs_at); against every position's float64
     probabilities with the nucleus filter, as the step took them before: the same tokens and confidences."""
     from seqdiff.categorical import probs_from_logits
     from seqdiff.samplers.remdm import ReMDMSampler
@@ -144,8 +144,17 @@ def test_remdm_step_with_probabilities_at_revealed_positions_equals_the_dense_st
     fixed = torch.zeros_like(x, dtype=torch.bool)
     conf_a = torch.rand(6, 10, dtype=torch.float64, generator=g)
     conf_b = conf_a.clone()
-    a = sampler.step(sampler.probs_of(logits), x, fixed, conf_a, t, s, torch.Generator().manual_seed(1))
+    a = sampler.step(sampler.probs_at(logits), x, fixed, conf_a, t, s, torch.Generator().manual_seed(1))
     b = sampler.step(lambda positions: dense.flatten(0, 1)[positions], x, fixed, conf_b, t, s,
                      torch.Generator().manual_seed(1))
     assert torch.equal(a, b) and torch.equal(conf_a, conf_b)
     assert ((x == method.mask_id) & (a != method.mask_id)).any()  # the step revealed something
+
+
+@pytest.mark.parametrize("bad", [["--top-p", "0.9,x"], ["--top-p", "1.5"], ["--steps", "0"]])
+def test_the_sampler_experiment_refuses_bad_options(bad, capsys):
+    from experiments import sampler_lazy
+
+    with pytest.raises(SystemExit) as e:
+        sampler_lazy.parse(bad)
+    assert e.value.code == 2 and bad[0] in capsys.readouterr().err

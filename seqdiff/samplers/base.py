@@ -21,6 +21,7 @@ from typing import ClassVar
 import torch
 from torch import Tensor, nn
 
+from seqdiff.categorical import probs_from_logits
 from seqdiff.errors import SeqdiffError
 from seqdiff.methods.base import Method
 
@@ -85,6 +86,15 @@ class Sampler(ABC):
         super().__init_subclass__(**kwargs)
         if not isinstance(getattr(cls, "exact", None), bool):
             raise TypeError(f"sampler class {cls.__name__} must declare `exact` (True or False)")
+
+
+    def probs_at(self, logits) -> Callable[[Tensor], Tensor]:
+        """x_theta's logits -> flat positions (R,) -> float64 probabilities there (R, V), with this sampler's
+        temperature and nucleus filter, made only for the positions asked (the reverse steps that reveal a few
+        tokens ask only where they reveal). `logits`: (b, n, V), or an object whose `at(positions)` gives them
+        (the MDLM samplers' masked-position logits)."""
+        at = getattr(logits, "at", None) or logits.flatten(0, 1).__getitem__
+        return lambda positions: probs_from_logits(at(positions), self.temperature, self.top_p)
 
     @classmethod
     def kind(cls) -> str:

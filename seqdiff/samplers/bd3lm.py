@@ -43,13 +43,11 @@ Design choices
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from typing import ClassVar
 
 import torch
 from torch import Tensor
 
-from seqdiff.categorical import probs_from_logits
 from seqdiff.methods.bd3lm import block_causal_mask
 from seqdiff.samplers.base import Denoiser, SampleOutput, Sampler, SamplerError
 
@@ -112,12 +110,6 @@ class BD3LMSampler(Sampler):
             raise SamplerError(f"method.block_size={self.method.block_size} exceeds the sampling context {context}")
         return context // self.method.block_size - 1
 
-    def _probs_at(self, logits: Tensor) -> Callable[[Tensor], Tensor]:
-        """SUBS logits (b, L', V) -> flat positions (R,) -> x_theta's float64 probabilities there (R, V), with
-        temperature and the nucleus filter: made only where a step reveals, as in the MDLM ancestral sampler."""
-        flat = logits.flatten(0, 1)
-        return lambda positions: probs_from_logits(flat[positions], self.temperature, self.top_p)
-
     def _logits(self, block: Tensor, prefix: Tensor, cache) -> Tensor:
         """The backbone's logits (b, L', V) for the block x_t^b read after its clean prefix x^<b (b rows of each)."""
         if cache is not None:
@@ -172,11 +164,11 @@ class BD3LMSampler(Sampler):
                     logits[changed] = self._denoise(block, prefix, cache, changed)
                     calls += 1
             prev = block
-            block = method.reveal_step(self._probs_at(logits), block, grid[i].expand(B), grid[i + 1].expand(B),
+            block = method.reveal_step(self.probs_at(logits), block, grid[i].expand(B), grid[i + 1].expand(B),
                                        generator)
         if (block == mask_id).any():  # noise removal for schedules with alpha(0) < 1
             logits, calls = self._denoise(block, prefix, cache, None), calls + 1
-            block = method.fill_remaining_at(self._probs_at(logits), block)
+            block = method.fill_remaining_at(self.probs_at(logits), block)
         return block, calls
 
     def fill_block(self, block: Tensor, prefix: Tensor, cache, generator) -> tuple[Tensor, int]:

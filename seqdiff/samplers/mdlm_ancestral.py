@@ -22,13 +22,12 @@ The draws are the same, so the tokens are identical for the same generator (test
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
-from seqdiff.categorical import probs_from_logits, top_p_filter
+from seqdiff.categorical import top_p_filter
 from seqdiff.samplers.base import SampleOutput, Sampler
 
 
@@ -68,16 +67,6 @@ class MDLMAncestralSampler(Sampler):
     def masked_x0(self, xt: Tensor, t: Tensor, cache: dict) -> tuple[MaskedX0, int]:
         """x_theta(x_t) at the masked positions, and the backbone calls it took (the cached sampler reuses)."""
         return MaskedX0(*self.method.denoise_masked(self.backbone, xt, t.float())), 1
-
-    def probs_at(self, x0: MaskedX0) -> Callable[[Tensor], Tensor]:
-        """Flat positions (R,) -> float64 probabilities there (R, V), with temperature and the nucleus filter: what
-        `denoise_fresh` gives at those positions, computed for them alone."""
-
-        def probs(positions: Tensor) -> Tensor:
-            p = probs_from_logits(x0.at(positions), self.temperature)
-            return top_p_filter(p, self.top_p) if self.top_p < 1.0 else p
-
-        return probs
 
     @property
     def lazy(self) -> bool:

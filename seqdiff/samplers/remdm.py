@@ -51,7 +51,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from seqdiff.categorical import probs_from_logits, sample_categorical
+from seqdiff.categorical import sample_categorical
 from seqdiff.config import SampleConfig
 from seqdiff.samplers.base import Denoiser, SampleOutput, SamplerError
 from seqdiff.samplers.mdlm_ancestral import MDLMAncestralSampler
@@ -175,18 +175,13 @@ class ReMDMSampler(MDLMAncestralSampler):
         for i in range(self.steps):
             t = grid[i].expand(B)  # (B,)
             s = grid[i + 1].expand(B)
-            x = self.step(self.probs_of(denoise(x, self.alphas(t)[2], None)), x, fixed, conf, t, s, generator)
+            x = self.step(self.probs_at(denoise(x, self.alphas(t)[2], None)), x, fixed, conf, t, s, generator)
             self.trace.append((float(grid[i + 1]), float((x == method.mask_id).double().mean())))
         calls = self.steps
         if (x == method.mask_id).any():  # noise removal for schedules with alpha(0) < 1
             calls += 1
-            x = method.fill_remaining_at(self.probs_of(denoise(x, grid[-1].expand(B), None)), x)
+            x = method.fill_remaining_at(self.probs_at(denoise(x, grid[-1].expand(B), None)), x)
         return x, calls
-
-    def probs_of(self, logits: Tensor) -> Callable[[Tensor], Tensor]:
-        """Logits (B, n, V) -> flat positions (R,) -> float64 probabilities there with temperature and top_p."""
-        flat = logits.flatten(0, 1)
-        return lambda positions: probs_from_logits(flat[positions], self.temperature, self.top_p)
 
     def stats(self) -> dict:
         """The remasking schedule and its parameters, for the sample command and the reports."""
