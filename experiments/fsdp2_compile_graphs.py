@@ -81,6 +81,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--out", default="reports/bench/fsdp2_compile")
     args = p.parse_args(argv)
+    for key in ("layers", "batch", "seq_len", "steps"):
+        if getattr(args, key) < 1:
+            p.error(f"--{key.replace('_', '-')} must be >= 1, got {getattr(args, key)}")
 
     import torch.distributed as dist
 

@@ -73,7 +73,17 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--out", default="reports/generation/lazy_probs")
     p.add_argument("--arm", choices=ARMS, help=argparse.SUPPRESS)  # a child process: one run, JSON on stdout
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    for key in ("vocab_size", "hidden", "layers", "heads", "batch", "seq_len", "steps", "rounds", "threads"):
+        if getattr(args, key) < 1:
+            p.error(f"--{key.replace('_', '-')} must be >= 1, got {getattr(args, key)}")
+    try:
+        values = [float(x) for x in str(args.top_p).split(",")]
+    except ValueError:
+        p.error(f"--top-p takes comma-separated numbers in (0, 1], got {args.top_p!r}")
+    if not all(0.0 < v <= 1.0 for v in values):
+        p.error(f"--top-p values must lie in (0, 1], got {args.top_p!r}")
+    return args
 
 
 def child(args: argparse.Namespace, arm: str, top_p: float) -> dict:
