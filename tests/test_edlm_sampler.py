@@ -60,7 +60,8 @@ def test_importance_step_tends_to_the_enumerated_edlm_step():
 
     def law(k):
         sampler = _sampler(mu_net, energy=energy, k=k)
-        x0, _ = sampler.importance_x0(probs, xt.expand(N, L), row_generators(N, torch.Generator().manual_seed(k),
+        probs_at = probs.reshape(N * L, -1).__getitem__  # flat positions -> (R, V)
+        x0, _ = sampler.importance_x0(probs_at, xt.expand(N, L), row_generators(N, torch.Generator().manual_seed(k),
                                                                              "cpu"))
         counts = torch.stack([(index_of(x0) == index_of(c)).sum() for c in comp]).double()
         assert counts.sum() == N  # every draw is a completion of x_t

@@ -17,6 +17,7 @@ partition-function estimate.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from typing import ClassVar
 
 import torch
@@ -90,3 +91,30 @@ def draw_candidates_rows(probs: Tensor, xt: Tensor, mask_id: int, k: int, gens: 
     u = row_uniforms(gens, (k, L, V), probs.device)  # (B, k, L, V)
     draws = categorical_from_uniforms(probs[:, None].expand(B, k, L, V), u)  # (B, k, L)
     return torch.where(xt[:, None] == mask_id, draws, xt[:, None])
+
+
+def draw_candidates_at(probs_at: Callable[[Tensor], Tensor], xt: Tensor, mask_id: int, k: int,
+                       gens: list[torch.Generator]) -> tuple[Tensor, Tensor]:
+    """`draw_candidates_rows` and `candidates_log_mu` with mu given as in the MDLM samplers' `reveal_step`: flat
+    positions (R,) of `xt` -> float64 probabilities there (R, V), asked once per row for its masked positions.
+
+    The same candidates and log mu as the dense pair on CPU: each row still walks its generator over k (L, V)
+    uniforms in the order `draw_candidates_rows` draws them (k draws of (L, V) are one draw of (k, L, V) on the
+    CPU generator), and keeps those at the masked positions. Memory is O(L V) for one candidate at a time
+    instead of O(B k L V) uniforms next to (B, L, V) probabilities (26 GB at 16 rows of 1,024 tokens, k = 4 and
+    GPT-2's vocabulary). One generator may serve several rows (the likelihood bound passes one for all): the
+    rows then walk it in turn, as one (B, k, L, V) draw would. xt (B, L) -> candidates (B, k, L) with unmasked
+    tokens carried over, log mu (B, k) relative to xt."""
+    B, L = xt.shape
+    cands = xt[:, None].repeat(1, k, 1)  # (B, k, L)
+    token_p = torch.ones((B, k, L), dtype=torch.float64, device=xt.device)  # carried-over tokens: mu = 1
+    for r, g in enumerate(gens):
+        pos = (xt[r] == mask_id).nonzero()[:, 0]  # (m,) this row's masked positions
+        p = probs_at(r * L + pos)  # (m, V) float64
+        for j in range(k):
+            u = torch.rand((L, p.shape[-1]), generator=g, device=xt.device, dtype=torch.float64)[pos]
+            draw = categorical_from_uniforms(p, u)  # (m,)
+            cands[r, j, pos] = draw
+            token_p[r, j, pos] = p.gather(-1, draw[:, None])[:, 0].double()
+    log_mu = torch.where(xt[:, None] == mask_id, token_p.log(), torch.zeros_like(token_p)).sum(-1)
+    return cands, log_mu

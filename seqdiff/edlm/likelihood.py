@@ -35,7 +35,7 @@ import torch
 from torch import Tensor, nn
 
 from seqdiff.categorical import probs_from_logits
-from seqdiff.edlm.base import Energy, EnergyError, draw_candidates, masked_log_mu
+from seqdiff.edlm.base import Energy, EnergyError, candidates_log_mu, draw_candidates_at, masked_log_mu
 from seqdiff.edlm.partition import log_mean_exp, log_partition_estimates
 from seqdiff.methods.base import Batch, Method, MethodOutput
 from seqdiff.methods.mdlm import MDLM
@@ -71,11 +71,14 @@ class EDLMBound(Method):
     def log_weights(self, probs: Tensor, xt: Tensor, draw_from: Tensor, generator) -> Tensor:
         """(B, n) log exp(-E(x0', x_t)) for n draws x0' ~ mu(. | draw_from) (draw_from: x_t, possibly with
         one more position fixed); E and log mu always relative to x_t itself."""
-        B, L = xt.shape
-        cands = draw_candidates(probs, draw_from, self.mask_id, self.n, generator).reshape(B * self.n, L)
+        B, L, V = probs.shape
+        # one row and one draw at a time from the same generator: the candidates of one (B, n, L, V) draw of
+        # uniforms (on CPU), without those uniforms or n copies of the probabilities in memory
+        cands, _ = draw_candidates_at(probs.reshape(B * L, V).__getitem__, draw_from, self.mask_id, self.n,
+                                      [generator] * B)  # (B, n, L)
+        log_mu = candidates_log_mu(probs, cands, xt, self.mask_id).reshape(B * self.n)  # relative to x_t
         xt_rep = xt.repeat_interleave(self.n, 0)  # (B n, L)
-        log_mu = masked_log_mu(probs.repeat_interleave(self.n, 0), cands, xt_rep, self.mask_id)
-        return -self.energy(cands, xt_rep, log_mu).view(B, self.n)
+        return -self.energy(cands.reshape(B * self.n, L), xt_rep, log_mu).view(B, self.n)
 
     def log_partition(self, probs: Tensor, xt: Tensor, generator) -> tuple[Tensor, Tensor]:
         """(plain, corrected) estimates of log Z(x_t), (B,) each; exactly 0 for self-normalized energies."""

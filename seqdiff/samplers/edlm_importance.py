@@ -15,12 +15,13 @@ step tends to the exact EDLM step (brute-force tests check one step and a whole 
 
 Batch independence: every random draw of row r comes from its own generator, seeded from the caller's
 generator once per row in row order, so a batch of B rows gives the same tokens as B calls of one row
-with the same generator (another test checks it). Everything else is batched: one denoiser call per step, the
-B x k candidates drawn in one computation from the rows' uniforms (only drawing the uniforms walks the rows'
-generators one by one), their energies in one forward pass of the energy model, the resampling and the
-reveal draws batched too. Before, the candidates, the resampling and the MDLM steps ran row after row; the
-tokens are the same for the same generator (tests/test_edlm_batched.py keeps the row-by-row version as the
-reference).
+with the same generator (another test checks it). One denoiser call per step, the B x k candidates' energies
+in one forward pass of the energy model, the resampling and the reveal draws batched; the candidates are
+drawn one row and one candidate at a time, from that row's probabilities at its masked positions (the
+denoiser's output is kept as logits at the masked positions, as in the MDLM samplers), so memory stays
+O(L V) per candidate instead of (B, k, L, V) float64 uniforms. Before, the candidates, the resampling and
+the MDLM steps ran row after row; the tokens are the same for the same generator (tests/test_edlm_batched.py
+keeps the row-by-row version, on dense probabilities, as the reference).
 
 `given` (prefix / infilling) is honoured as in the MDLM samplers: given tokens start unmasked and are
 carried over into every candidate, so the energy scores them as context.
@@ -31,11 +32,14 @@ up for the sample command and the reports.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import Tensor
 
-from seqdiff.edlm.base import candidates_log_mu, categorical_from_uniforms, draw_candidates_rows, row_uniforms
+from seqdiff.edlm.base import categorical_from_uniforms, draw_candidates_at, row_uniforms
 from seqdiff.samplers.base import SampleOutput, SamplerError
+from seqdiff.samplers.mdlm_ancestral import MaskedX0
 from seqdiff.samplers.mdlm_cached import MDLMCachedSampler
 
 
@@ -44,6 +48,12 @@ def row_generators(batch_size: int, generator: torch.Generator | None, device) -
     those of successive one-row calls)."""
     seeds = [int(torch.randint(0, 2**62, (1,), generator=generator)) for _ in range(batch_size)]
     return [torch.Generator(device).manual_seed(s) for s in seeds]
+
+
+def rows_probs_at(probs_at: Callable[[Tensor], Tensor], rows: Tensor, L: int) -> Callable[[Tensor], Tensor]:
+    """`probs_at` of a batch -> the same for the sub-batch of `rows` (b,): flat positions of the sub-batch are
+    mapped to the batch's."""
+    return lambda positions: probs_at(rows[positions // L] * L + positions % L)
 
 
 def effective_sample_size(log_w: Tensor) -> Tensor:
@@ -71,23 +81,29 @@ class EDLMImportanceSampler(MDLMCachedSampler):
         if not getattr(self.method, "subs", True):
             raise SamplerError("sampler 'edlm' needs a SUBS MDLM (mu must carry unmasked tokens over)")
 
-    def denoise(self, xt: Tensor, t: Tensor, cache: dict) -> tuple[Tensor, int]:
+    def masked_x0(self, xt: Tensor, t: Tensor, cache: dict) -> tuple[MaskedX0, int]:
         if getattr(self.backbone.config, "time_conditioning", False):  # no caching: output depends on t
-            return self.denoise_fresh(xt, t), 1
-        return super().denoise(xt, t, cache)
+            return MaskedX0(*self.method.denoise_masked(self.backbone, xt, t.float())), 1
+        return super().masked_x0(xt, t, cache)
 
     def in_window(self, t: float) -> bool:
         return self.k > 1 and t >= 1.0 - self.window - 1e-12
 
-    def importance_x0(self, probs: Tensor, xt: Tensor, gens: list[torch.Generator]) -> tuple[Tensor, Tensor]:
-        """One x0 per row resampled from k draws of mu by weights exp(-E): (B, L), and the (B,) ESS."""
-        B, L, V = probs.shape
-        k, mask_id = self.k, self.method.mask_id
-        cands = draw_candidates_rows(probs, xt, mask_id, k, gens)  # (B, k, L): all rows' candidates at once
+    def candidates(self, probs_at: Callable[[Tensor], Tensor], xt: Tensor,
+                   gens: list[torch.Generator]) -> tuple[Tensor, Tensor]:
+        """k draws x0 ~ mu(. | x_t) per row (B, k, L), unmasked tokens carried over, and their log mu (B, k)."""
+        return draw_candidates_at(probs_at, xt, self.method.mask_id, self.k, gens)
+
+    def importance_x0(self, probs_at: Callable[[Tensor], Tensor], xt: Tensor,
+                      gens: list[torch.Generator]) -> tuple[Tensor, Tensor]:
+        """One x0 per row resampled from k draws of mu by weights exp(-E): (B, L), and the (B,) ESS. mu is asked
+        as `probs_at` (flat positions of xt -> (R, V) float64), once per row at its masked positions."""
+        B, L = xt.shape
+        k = self.k
+        cands, log_mu = self.candidates(probs_at, xt, gens)  # (B, k, L), (B, k)
         flat = cands.reshape(B * k, L)
         xt_rep = xt.repeat_interleave(k, 0)  # (B k, L)
-        log_mu = candidates_log_mu(probs, cands, xt, mask_id).reshape(B * k)  # (B k,), no k copies of probs
-        log_w = -self.energy(flat, xt_rep, log_mu, chunk=max(256, B * k)).view(B, k)  # (B, k): one forward
+        log_w = -self.energy(flat, xt_rep, log_mu.reshape(B * k), chunk=max(256, B * k)).view(B, k)  # one forward
         weights = torch.softmax(log_w, dim=-1)  # self-normalized within each row
         pick = categorical_from_uniforms(weights, row_uniforms(gens, (k,), xt.device))  # (B,)
         return cands[torch.arange(B, device=xt.device), pick], effective_sample_size(log_w)
@@ -101,17 +117,19 @@ class EDLMImportanceSampler(MDLMCachedSampler):
         u = row_uniforms(gens, (x.shape[1],), x.device)  # (B, L)
         return (x == self.method.mask_id) & (u < reveal_p)
 
-    def mdlm_step_rows(self, probs: Tensor, x: Tensor, t: Tensor, s: Tensor, gens: list[torch.Generator]) -> Tensor:
-        """`method.reverse_step` (SUBS) row by row in law and in draws, batched: which positions reveal, then a
-        token for each revealed one from that row's generator."""
+    def mdlm_step_rows(self, probs_at: Callable[[Tensor], Tensor], x: Tensor, t: Tensor, s: Tensor,
+                       gens: list[torch.Generator]) -> Tensor:
+        """`method.reveal_step` (SUBS) row by row in law and in draws, batched: which positions reveal, then a
+        token for each revealed one from that row's generator, mu asked only where a token is revealed."""
         reveal = self.reveal_rows(x, t, s, gens)
-        xs = x.clone()
+        xs = x.clone(memory_format=torch.contiguous_format)  # row-major, so positions index xs.view(-1)
         counts = reveal.sum(-1).tolist()
         if sum(counts):
-            V = probs.shape[-1]
-            u = torch.cat([torch.rand((n, V), generator=g, device=x.device, dtype=torch.float64)
-                           for n, g in zip(counts, gens) if n])  # row-major, as probs[reveal]
-            xs[reveal] = categorical_from_uniforms(probs[reveal], u)
+            positions = reveal.flatten().nonzero()[:, 0]  # (R,) row-major, the order of the rows' uniforms
+            probs = probs_at(positions)  # (R, V)
+            u = torch.cat([torch.rand((n, probs.shape[-1]), generator=g, device=x.device, dtype=torch.float64)
+                           for n, g in zip(counts, gens) if n])
+            xs.view(-1)[positions] = categorical_from_uniforms(probs, u)
         return xs
 
     @torch.no_grad()
@@ -126,22 +144,24 @@ class EDLMImportanceSampler(MDLMCachedSampler):
         for i in range(self.steps):
             t = grid[i].expand(batch_size)  # (B,)
             s = grid[i + 1].expand(batch_size)
-            probs, n = self.denoise(x, t, cache)  # (B, L, V) float64
+            x0, n = self.masked_x0(x, t, cache)  # logits at the masked positions only
             calls += n
+            probs_at = self.probs_at(x0)
             if not self.in_window(float(grid[i])):
-                x = self.mdlm_step_rows(probs, x, t, s, gens)
+                x = self.mdlm_step_rows(probs_at, x, t, s, gens)
                 continue
             reveal = self.reveal_rows(x, t, s, gens)  # (B, L)
-            rows = reveal.any(-1).nonzero().flatten().tolist()  # rows that reveal a token need an x0
-            if rows:
-                x0, ess = self.importance_x0(probs[rows], x[rows], [gens[r] for r in rows])
+            rows = reveal.any(-1).nonzero()[:, 0]  # rows that reveal a token need an x0
+            if len(rows):
+                x0s, ess = self.importance_x0(rows_probs_at(probs_at, rows, x.shape[1]), x[rows],
+                                              [gens[r] for r in rows.tolist()])
                 self.ess.append((float(grid[i]), float(ess.mean())))
                 x = x.clone()  # a new tensor: the denoiser cache keeps the old x_t to detect changes
-                x[rows] = torch.where(reveal[rows], x0, x[rows])
+                x[rows] = torch.where(reveal[rows], x0s, x[rows])
         if (x == method.mask_id).any():  # noise removal for schedules with alpha(0) < 1
-            probs, n = self.denoise(x, grid[-1].expand(batch_size), cache)
+            x0, n = self.masked_x0(x, grid[-1].expand(batch_size), cache)
             calls += n
-            x = method.fill_remaining(probs, x)
+            x = method.fill_remaining_at(self.probs_at(x0), x)
         return SampleOutput(tokens=x, num_denoiser_calls=calls)
 
     def stats(self) -> dict[str, float]:
