@@ -159,3 +159,27 @@ def test_likelihood_log_weights_equal_the_dense_draw():
         want = -WithLogMu()(cands, xt.repeat_interleave(3, 0), log_mu).view(4, 3)
         assert torch.equal(got, want)
     assert got.std() > 0  # the weights vary (so the comparison can fail)
+
+
+def test_energy_forwards_are_capped_by_rows_times_length_times_width():
+    """Energy.__call__ splits the rows so that rows x L x row_width stays under chunk_elements (an AR energy at
+    1,024 tokens and GPT-2's vocabulary would otherwise hold (rows, L, V) float64 log-probabilities at once),
+    with the same energies as one forward."""
+
+    class Wide(CallCounter):
+        chunk_elements = 100
+
+        def row_width(self):
+            return 10
+
+    x0 = torch.randint(0, 3, (12, 5), generator=torch.Generator().manual_seed(0))
+    log_mu = torch.zeros(12, dtype=torch.float64)
+    wide, plain = Wide(), CallCounter()
+    assert torch.equal(wide(x0, x0, log_mu, chunk=256), plain(x0, x0, log_mu, chunk=256))
+    assert (wide.calls, plain.calls) == (6, 1)  # 100 // (5 x 10) = 2 rows a forward
+    assert wide(x0[:1], x0[:1], log_mu[:1]).shape == (1,)  # a row wider than the cap still runs, alone
+    from seqdiff.edlm.ar_energy import AREnergy
+    from tests.edlm_toys import ar_model
+
+    ar = AREnergy(ar_model(torch.full((3, 3, 3), 1 / 27, dtype=torch.float64), 3), TOK.vocab_size, MASK)
+    assert ar.row_width() == TOK.vocab_size

@@ -42,5 +42,8 @@ class AREnergy(Energy):
         """The energy of the AR checkpoint / run directory at `path`, for the MDLM `mdlm`."""
         return cls(load_checkpoint(path, device=device), mdlm.tokenizer.vocab_size, mdlm.tokenizer.mask_id)
 
+    def row_width(self) -> int:
+        return self.ar.tokenizer.vocab_size  # (rows, L, V) logits and log-probabilities per forward
+
     def energy(self, x0: Tensor, xt: Tensor, log_mu: Tensor) -> Tensor:
         return -ar_token_log_probs(self.ar, x0).sum(-1) + log_mu.double()

@@ -45,8 +45,18 @@ class Energy(ABC):
     def energy(self, x0: Tensor, xt: Tensor, log_mu: Tensor) -> Tensor:
         """(N,) float64 energies of candidates x0 (N, L) given x_t (N, L); log_mu (N,) = log mu(x0 | x_t)."""
 
+    chunk_elements: ClassVar[int] = 2**27
+    """Cap on rows x length x `row_width` per forward pass: an AR energy holds (rows, L, V) logits and float64
+    log-probabilities at once, 1.6 GB per row at 1,024 tokens and GPT-2's vocabulary."""
+
+    def row_width(self) -> int:
+        """Per-token width of the largest tensor `energy` makes (default 1; the AR energies: the vocabulary)."""
+        return 1
+
     def __call__(self, x0: Tensor, xt: Tensor, log_mu: Tensor, chunk: int = 256) -> Tensor:
-        """`energy` in chunks of `chunk` rows (the sampler scores batch x k candidates at once)."""
+        """`energy` in chunks of `chunk` rows (the sampler scores batch x k candidates at once), fewer where
+        `chunk_elements` caps them (long rows, large vocabularies)."""
+        chunk = max(1, min(chunk, self.chunk_elements // max(1, x0.shape[-1] * self.row_width())))
         with torch.no_grad():
             return torch.cat([self.energy(x0[i : i + chunk], xt[i : i + chunk], log_mu[i : i + chunk]).double()
                               for i in range(0, x0.shape[0], chunk)])
