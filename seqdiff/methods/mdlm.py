@@ -161,7 +161,7 @@ class MDLM(Method):
         complementary: 2B rows, row B + i masking the n + 1 - k highest-ranked positions of row i."""
         n = scored.sum(1)  # (B,) scored tokens per row
         s = stratified_times(x0.shape[0], generator, x0.device)  # (B,) in [0, 1), one per stratum
-        k, q_k = self.mask_count_k(s, n)  # (B,) k on 1..n (0 for a row with nothing scored), its probability
+        k, q_k = self.mask_count_k(s, n, x0.shape[1])  # (B,) k on 1..n (0 where nothing is scored), q(k)
         keys = torch.rand(x0.shape, generator=generator, device=x0.device).masked_fill(~scored, 2.0)  # (B, L)
         rank = keys.argsort(1).argsort(1)  # (B, L) rank of each key in its row; unscored positions rank last
         masked = rank < k[:, None]  # (B, L) exactly k masked, all scored
@@ -176,13 +176,14 @@ class MDLM(Method):
         t = (k / n.clamp(min=1)).float().clamp(min=max(self.config.t_min, 1e-6))
         return t, xt, weight
 
-    def mask_count_k(self, s: Tensor, n: Tensor) -> tuple[Tensor, Tensor]:
+    def mask_count_k(self, s: Tensor, n: Tensor, length: int) -> tuple[Tensor, Tensor]:
         """(k (B,), q(k) (B,) float64): k on 1..n from the uniforms s (B,) in [0, 1) by the inverse CDF of
-        method.mask_count_law (uniform, or q(k) ∝ k^(-1/2)); k = 0 and q = 1 where n = 0."""
+        method.mask_count_law (uniform, or q(k) ∝ k^(-1/2)); k = 0 and q = 1 where n = 0. `length` >= n: the
+        rows' length (a host number, so the CDF's size costs no device-to-host sync)."""
         if self.mask_count_law == "uniform":
             k = torch.minimum(1 + torch.floor(s * n), n)
             return k, torch.where(n > 0, 1 / n.clamp(min=1).double(), 1.0)
-        j = torch.arange(1, max(int(n.max()), 1) + 1, device=n.device, dtype=torch.float64)  # (J,)
+        j = torch.arange(1, max(length, 1) + 1, device=n.device, dtype=torch.float64)  # (J,), zero mass past n
         mass = j.rsqrt() * (j <= n[:, None])  # (B, J) k^(-1/2) on 1..n
         cdf = mass.cumsum(1)  # (B, J)
         total = cdf[:, -1:].clamp(min=1e-300)  # (B, 1) sum_{j <= n} j^(-1/2)
