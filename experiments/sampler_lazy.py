@@ -9,6 +9,14 @@ over the vocabulary. This times both ways side by side (the `dense` arm is the s
 an untrained DiT with GPT-2's vocabulary, in rounds with the order alternated, each run in its own process so
 that its peak resident memory is its own, and checks that both draw the same tokens.
 
+    python -m experiments.sampler_lazy --sampler edlm --batch 4 --seq-len 256 --steps 64 --top-p 1 \
+        --out reports/generation/lazy_probs_edlm
+
+does the same for the EDLM importance sampler (carry-over AR energy of an untrained causal model of the same
+shape): `lazy` draws each row's k candidates from its probabilities at the masked positions, one (L, V) draw of
+uniforms at a time; `dense` is the draw it replaced, (B, L, V) float64 probabilities and (B, k, L, V) uniforms
+(seqdiff.edlm.base.draw_candidates_rows), made from the same logits.
+
 Writes <out>/results.json and <out>/table.md.
 """
 
@@ -34,10 +42,6 @@ ARMS = ("lazy", "dense")
 def one_run(args: argparse.Namespace) -> dict:
     """Build the model, sample once, report seconds, peak RSS and a checksum of the tokens (child process)."""
     from seqdiff.bench.models import Shape, build_model, method_of
-    from seqdiff.samplers import MDLMCachedSampler
-
-    class Dense(MDLMCachedSampler):
-        lazy = False  # every position's float64 probabilities at every step
 
     torch.set_num_threads(args.threads)
     shape = Shape(args.hidden, args.layers, args.heads, seq_len=args.seq_len, batch_size=args.batch,
@@ -48,15 +52,66 @@ def one_run(args: argparse.Namespace) -> dict:
         for p in backbone.parameters():
             p.normal_(0.0, 0.05)
     method = method_of("seqdiff_bidirectional", shape)
-    cls = Dense if args.arm == "dense" else MDLMCachedSampler
-    sampler = cls(method, backbone, steps=args.steps, top_p=args.top_p)
+    sampler = build_sampler(args, shape, method, backbone)
     start = time.perf_counter()
     out = sampler.generate(args.batch, args.seq_len, torch.Generator().manual_seed(0))
     seconds = time.perf_counter() - start
     tokens = out.tokens.to(torch.int64)
     checksum = int((tokens * torch.arange(1, tokens.numel() + 1).view_as(tokens)).sum())
     return {"seconds": seconds, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-            "denoiser_calls": out.num_denoiser_calls, "checksum": checksum}
+            "denoiser_calls": out.num_denoiser_calls, "checksum": checksum,
+            "importance_steps": len(getattr(sampler, "ess", []))}
+
+
+def dense_probs(probs_at, x: torch.Tensor, mask_id: int) -> torch.Tensor:
+    """(B, L, V) float64 x_theta from a masked-position lookup, SUBS's one-hot carry-over elsewhere (what the
+    EDLM sampler held at every step before)."""
+    positions = (x == mask_id).flatten().nonzero()[:, 0]
+    p = probs_at(positions)
+    out = torch.zeros(x.numel(), p.shape[-1], dtype=torch.float64, device=x.device)
+    out.scatter_(1, x.flatten()[:, None], 1.0)
+    out[positions] = p
+    return out.view(*x.shape, -1)
+
+
+def build_sampler(args: argparse.Namespace, shape, method, backbone):
+    """The sampler of this run's arm: MDLM cached or EDLM importance, lazy or dense."""
+    from seqdiff.samplers import EDLMImportanceSampler, MDLMCachedSampler
+
+    if args.sampler == "cached":
+        class Dense(MDLMCachedSampler):
+            lazy = False  # every position's float64 probabilities at every step
+
+        cls = Dense if args.arm == "dense" else MDLMCachedSampler
+        return cls(method, backbone, steps=args.steps, top_p=args.top_p)
+    from seqdiff.bench.models import build_model, vocab_stub
+    from seqdiff.checkpoint import LoadedModel
+    from seqdiff.config import MethodConfig
+    from seqdiff.edlm.base import candidates_log_mu, draw_candidates_rows
+    from seqdiff.edlm.coar_energy import CarryOverAREnergy
+    from seqdiff.methods import AR
+
+    class DenseEDLM(EDLMImportanceSampler):
+        """The candidate draw and MDLM steps as they were: dense probabilities, (B, k, L, V) uniforms."""
+
+        def candidates(self, probs_at, xt, gens):
+            probs = dense_probs(probs_at, xt, self.method.mask_id)
+            cands = draw_candidates_rows(probs, xt, self.method.mask_id, self.k, gens)
+            return cands, candidates_log_mu(probs, cands, xt, self.method.mask_id)
+
+        def mdlm_step_rows(self, probs_at, x, t, s, gens):
+            probs = dense_probs(probs_at, x, self.method.mask_id)
+            return super().mdlm_step_rows(probs.flatten(0, 1).__getitem__, x, t, s, gens)
+
+    torch.manual_seed(1)
+    ar_net = build_model("seqdiff_causal", shape).eval()
+    ar_method_cfg = MethodConfig(name="ar")
+    stub = vocab_stub(shape.vocab_size)
+    ar = LoadedModel(ar_net, AR(ar_method_cfg, stub), stub, shape.model_config(), ar_method_cfg, None,
+                     shape.seq_len, 0, Path("untrained"), False)
+    energy = CarryOverAREnergy(ar, shape.vocab_size, method.mask_id)
+    cls = DenseEDLM if args.arm == "dense" else EDLMImportanceSampler
+    return cls(method, backbone, steps=args.steps, top_p=args.top_p, energy=energy, k=args.edlm_k)
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -68,13 +123,16 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--batch", type=int, default=2)
     p.add_argument("--seq-len", type=int, default=128)
     p.add_argument("--steps", type=int, default=128)
+    p.add_argument("--sampler", choices=("cached", "edlm"), default="cached")
+    p.add_argument("--edlm-k", type=int, default=4, help="EDLM candidates per row (--sampler edlm)")
     p.add_argument("--top-p", default="1.0,0.9", help="comma-separated nucleus settings")
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--out", default="reports/generation/lazy_probs")
     p.add_argument("--arm", choices=ARMS, help=argparse.SUPPRESS)  # a child process: one run, JSON on stdout
     args = p.parse_args(argv)
-    for key in ("vocab_size", "hidden", "layers", "heads", "batch", "seq_len", "steps", "rounds", "threads"):
+    for key in ("vocab_size", "hidden", "layers", "heads", "batch", "seq_len", "steps", "rounds", "threads",
+                "edlm_k"):
         if getattr(args, key) < 1:
             p.error(f"--{key.replace('_', '-')} must be >= 1, got {getattr(args, key)}")
     try:
@@ -88,7 +146,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 
 def child(args: argparse.Namespace, arm: str, top_p: float) -> dict:
     cmd = [sys.executable, "-m", "experiments.sampler_lazy", "--arm", arm, "--top-p", str(top_p)]
-    for key in ("vocab_size", "hidden", "layers", "heads", "batch", "seq_len", "steps", "threads"):
+    for key in ("sampler", "edlm_k", "vocab_size", "hidden", "layers", "heads", "batch", "seq_len", "steps",
+                "threads"):
         cmd += [f"--{key.replace('_', '-')}", str(getattr(args, key))]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=True)
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -96,7 +155,10 @@ def child(args: argparse.Namespace, arm: str, top_p: float) -> dict:
 
 def table(results: dict) -> str:
     c = results["config"]
-    lines = ["# MDLM cached sampler: probabilities where a step reveals (lazy) against everywhere (dense)\n",
+    title = {"cached": "MDLM cached sampler: probabilities where a step reveals (lazy) against everywhere (dense)",
+             "edlm": f"EDLM importance sampler (k = {c.get('edlm_k')}): candidates drawn row by row at the masked "
+                     "positions (lazy) against dense (B, L, V) probabilities and (B, k, L, V) uniforms (dense)"}
+    lines = [f"# {title[c.get('sampler', 'cached')]}\n",
              f"Made by `{results['command']}` on {results['date']} ({results['seconds']:.0f} s, torch "
              f"{results['torch']}, {c['threads']} threads, load average {results['load_average']:.2f} at the start). "
              f"Untrained DiT {c['hidden']} wide, {c['layers']} layers, vocabulary {c['vocab_size']:,}; {c['batch']} x "

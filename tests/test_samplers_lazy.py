@@ -105,17 +105,20 @@ def test_d3pm_keeps_the_dense_path():
     assert not D3PMAncestralSampler(method, TinyNet(6).eval(), steps=8).lazy
 
 
-def test_the_sampler_experiment_runs_both_arms_to_the_same_tokens():
+@pytest.mark.parametrize("sampler", ["cached", "edlm"])
+def test_the_sampler_experiment_runs_both_arms_to_the_same_tokens(sampler):
     from experiments import sampler_lazy
 
     def run(arm):
         args = sampler_lazy.parse(["--vocab-size", "300", "--batch", "2", "--seq-len", "12", "--steps", "6",
-                                   "--threads", "1", "--arm", arm])
+                                   "--threads", "1", "--sampler", sampler, "--edlm-k", "3", "--arm", arm])
         args.top_p = 0.9  # main() does this for a child run
         return sampler_lazy.one_run(args)
 
     lazy, dense = run("lazy"), run("dense")
     assert lazy["checksum"] == dense["checksum"] and lazy["denoiser_calls"] == dense["denoiser_calls"] == 6
+    if sampler == "edlm":  # both arms went through the importance steps, k candidates each
+        assert lazy["importance_steps"] == dense["importance_steps"] > 0
     row = {"top_p": 0.9, "lazy_s": 1.0, "dense_s": 3.0, "speedup": 3.0, "lazy_rss_mb": 10, "dense_rss_mb": 20,
            "denoiser_calls": 6, "same_tokens": True}
     results = {"command": "python -m experiments.sampler_lazy", "date": "d", "seconds": 1, "torch": "t",
@@ -151,7 +154,8 @@ def test_remdm_step_with_probabilities_at_revealed_positions_equals_the_dense_st
     assert ((x == method.mask_id) & (a != method.mask_id)).any()  # the step revealed something
 
 
-@pytest.mark.parametrize("bad", [["--top-p", "0.9,x"], ["--top-p", "1.5"], ["--steps", "0"]])
+@pytest.mark.parametrize("bad", [["--top-p", "0.9,x"], ["--top-p", "1.5"], ["--steps", "0"], ["--edlm-k", "0"],
+                                 ["--sampler", "euler"]])
 def test_the_sampler_experiment_refuses_bad_options(bad, capsys):
     from experiments import sampler_lazy
 
