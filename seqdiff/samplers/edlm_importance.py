@@ -103,7 +103,8 @@ class EDLMImportanceSampler(MDLMCachedSampler):
         cands, log_mu = self.candidates(probs_at, xt, gens)  # (B, k, L), (B, k)
         flat = cands.reshape(B * k, L)
         xt_rep = xt.repeat_interleave(k, 0)  # (B k, L)
-        log_w = -self.energy(flat, xt_rep, log_mu.reshape(B * k), chunk=max(256, B * k)).view(B, k)  # one forward
+        # (B, k), one energy forward where it fits (Energy.chunk_elements caps rows x length x vocabulary)
+        log_w = -self.energy(flat, xt_rep, log_mu.reshape(B * k), chunk=max(256, B * k)).view(B, k)
         weights = torch.softmax(log_w, dim=-1)  # self-normalized within each row
         pick = categorical_from_uniforms(weights, row_uniforms(gens, (k,), xt.device))  # (B,)
         return cands[torch.arange(B, device=xt.device), pick], effective_sample_size(log_w)
