@@ -115,6 +115,33 @@ def test_ar_prompt_is_kept_and_infilling_refused():
         sampler.generate(2, L, given=bad)
 
 
+def test_ar_samples_never_hold_mask_or_pad():
+    """An AR model leaves MASK and PAD (never its targets) some softmax mass; the sampler gives them none. Here
+    a backbone that puts most of its mass on them: every drawn token is still a real one (or BOS / EOS)."""
+    net, method = _ar_backbone(), AR(MethodConfig(name="ar"), TOK)
+    never = [method.mask_id, method.pad_id]
+
+    class Favouring(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net, self.config = net, net.config
+
+        def new_kv_cache(self, *args, **kwargs):
+            return net.new_kv_cache(*args, **kwargs)
+
+        def forward(self, tokens, **kwargs):
+            out = self.net(tokens, **kwargs).clone()
+            out[..., never] += 20.0
+            return out
+
+    bos = torch.full((64, 1), method.bos_id)
+    assert torch.softmax(Favouring()(bos)[:, -1].double(), -1)[:, never].sum(-1).min() > 0.9  # the test can fail
+    for temperature, top_p in ((1.0, 1.0), (1.5, 0.9), (0.0, 1.0)):
+        x = ARSampler(method, Favouring(), temperature=temperature, top_p=top_p).generate(
+            64, 8, torch.Generator().manual_seed(0)).tokens
+        assert not torch.isin(x, torch.tensor(never)).any()
+
+
 # ------------------------------------------------------------------------------------------- top-p
 def _brute_force_nucleus(p: list[float], top_p: float) -> set[int]:
     """The smallest set with mass >= top_p; among equal-size sets, the one of largest mass, then the

@@ -5,6 +5,12 @@ positions of a row and -1 after them (the convention of the diffusion samplers; 
 different lengths). Prompt tokens are fed through the cache one at a time and never changed; a `given` with
 a fixed token after a free one (infilling) is refused, since a left-to-right model cannot condition on the
 future.
+
+MASK and PAD get no probability: an AR model never has them as targets (MASK is not in its data, PAD is never
+scored), yet its softmax leaves them a little mass, and after a few thousand draws one lands in a sample (a `_`
+in the middle of a word, a FASTA line with a character that is no base). A sample is drawn from the model
+conditioned on neither appearing; BOS / EOS stay (document boundaries are in the data). The likelihood is the
+model's own softmax, unchanged.
 """
 
 from __future__ import annotations
@@ -40,8 +46,10 @@ class ARSampler(Sampler):
         cache = self.backbone.new_kv_cache(batch_size, seq_len, device=device)
         tokens = torch.full((batch_size, 1), self.method.bos_id, dtype=torch.long, device=device)  # (B, 1)
         out = torch.empty((batch_size, seq_len), dtype=torch.long, device=device)
+        never = torch.tensor(sorted({self.method.mask_id, self.method.pad_id}), device=device)
         for i in range(seq_len):
             logits = self.backbone(tokens, kv_cache=cache)[:, -1]  # (B, V)
+            logits = logits.index_fill(-1, never, float("-inf"))  # before temperature and the nucleus filter
             probs = probs_from_logits(logits, self.temperature, self.top_p)
             out[:, i] = sample_categorical(probs, generator)
             if fixed is not None:
