@@ -314,6 +314,9 @@ class DataConfig:
                               f"a token, EOS), got {self.seq_len}")
         if self.kind == "fasta" and self.tokenizer != "nucleotide":
             raise ConfigError(f"data.kind=fasta needs data.tokenizer=nucleotide, got {self.tokenizer!r}")
+        if self.kind == "fasta" and self.fasta.block_size < self.seq_len:
+            raise ConfigError(f"data.fasta.block_size={self.fasta.block_size} is smaller than data.seq_len="
+                              f"{self.seq_len}: a window of seq_len bases must fit inside one split block")
         if self.kind != "text" and self.text.block_mode == "packed":
             raise ConfigError(f"data.text.block_mode=packed packs text documents: it needs data.kind=text, got "
                               f"data.kind={self.kind} (its windows have no documents to pack)")
@@ -436,6 +439,16 @@ class TrainConfig:
                               f"{self.freeze_backbone_steps}")
         if self.micro_batch_size < 0:
             raise ConfigError(f"train.micro_batch_size must be >= 0 (0: no split), got {self.micro_batch_size}")
+        if not (math.isfinite(self.lr) and self.lr >= 0):
+            raise ConfigError(f"train.lr must be a finite number >= 0, got {self.lr}")
+        if not (math.isfinite(self.weight_decay) and self.weight_decay >= 0):
+            raise ConfigError(f"train.weight_decay must be a finite number >= 0, got {self.weight_decay}")
+        if self.warmup_steps < 0:
+            raise ConfigError(f"train.warmup_steps must be >= 0, got {self.warmup_steps}")
+        if not (math.isfinite(self.grad_clip) and self.grad_clip >= 0):
+            raise ConfigError(f"train.grad_clip must be a finite number >= 0 (0: no clipping), got {self.grad_clip}")
+        if not 0 <= self.ema_decay < 1:
+            raise ConfigError(f"train.ema_decay must lie in [0, 1) (0: no EMA), got {self.ema_decay}")
         bad = [p for p in self.frozen_parameters if not isinstance(p, str) or not p.strip()]
         if bad:
             raise ConfigError(f"train.frozen_parameters: name patterns (non-empty strings) expected, got {bad}")
@@ -524,6 +537,12 @@ class RunConfig:
     """Optimization and logging."""
     sample: SampleConfig = field(default_factory=SampleConfig)
     """Sampling defaults."""
+
+    def __post_init__(self) -> None:
+        name = str(self.name)
+        if not name.strip() or name in (".", "..") or "/" in name or "\\" in name:
+            raise ConfigError(f"name={self.name!r} must be a non-empty folder name without '/' (the run goes to "
+                              f"runs/<name>; use --run-dir for another place)")
 
 
 def load_run_config(path: str | Path | None = None, overrides: list[str] | None = None) -> RunConfig:

@@ -70,10 +70,10 @@ def test_release_checkpoint_hparams_load_and_resume_without_changes(kind):
 def test_old_override_spellings_map_to_the_new_keys():
     config = load_run_config(None, ["data.kind=fasta", "data.tokenizer=nucleotide", "data.fasta=/x/genome.fa",
                                     "data.split_mode=bed", "data.bed=/x/s.bed", "data.rc_augment=false",
-                                    "data.block_mode=padded", "data.cache=false", "data.block_size=7"])
+                                    "data.block_mode=padded", "data.cache=false", "data.block_size=700"])
     assert config.data.fasta.path == "/x/genome.fa" and config.data.fasta.split_mode == "bed"
     assert config.data.fasta.bed == "/x/s.bed" and config.data.fasta.rc_augment is False
-    assert config.data.fasta.block_size == 7
+    assert config.data.fasta.block_size == 700
     assert config.data.text.block_mode == "padded" and config.data.text.cache is False
     # old-spelled recipe + new-spelled override, and the reverse
     fasta = FIXTURES / "fasta_config.yaml"

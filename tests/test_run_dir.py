@@ -118,6 +118,36 @@ def test_float_config_values_refuse_nan_and_inf(value):
         load_run_config(None, [f"sample.temperature={value}"])
 
 
+@pytest.mark.parametrize("override,message", [
+    ("train.lr=-1", "train.lr must be a finite number >= 0"),
+    ("train.weight_decay=-0.1", "train.weight_decay must be a finite number >= 0"),
+    ("train.warmup_steps=-1", "train.warmup_steps must be >= 0"),
+    ("train.grad_clip=-1", "train.grad_clip must be a finite number >= 0"),
+    ("train.ema_decay=1.0", r"train.ema_decay must lie in \[0, 1\)"),
+    ("name=", "name='' must be a non-empty folder name"),
+    ("name=..", "name='..' must be a non-empty folder name"),
+    ("name=../../x", "must be a non-empty folder name without '/'"),
+])
+def test_out_of_range_train_values_and_run_names_are_refused(override, message):
+    with pytest.raises(ConfigError, match=message):
+        load_run_config(None, [override])
+
+
+def test_fasta_blocks_shorter_than_the_window_are_refused():
+    base = ["data.kind=fasta", "data.tokenizer=nucleotide", "data.seq_len=128"]
+    with pytest.raises(ConfigError, match="data.fasta.block_size=64 is smaller than data.seq_len=128"):
+        load_run_config(None, [*base, "data.fasta.block_size=64"])
+    assert load_run_config(None, [*base, "data.fasta.block_size=128"]).data.fasta.block_size == 128
+
+
+def test_train_refuses_an_unknown_default_sampler_before_writing(tmp_path, capsys):
+    from tests.test_training import tiny_config
+
+    with pytest.raises(RunError, match="sample.sampler='foo' is unknown"):
+        train(tiny_config(**{"sample.sampler": "foo"}), tmp_path / "r")
+    assert not (tmp_path / "r").exists()
+
+
 @pytest.mark.parametrize("flag", ["--temperature", "--top-p"])
 def test_float_flags_refuse_nan(flag, tmp_path, capsys):
     assert main(["sample", str(tmp_path), flag, "nan"]) == 2  # before the run is read

@@ -45,6 +45,7 @@ from seqdiff.config import RunConfig, TrainConfig, to_dict
 from seqdiff.data import build_data_module
 from seqdiff.methods import build_method, build_model, check_packing
 from seqdiff.safe_io import WriteError, atomic_torch_save, atomic_write_text, ensure_dir, os_cause
+from seqdiff.samplers import SAMPLERS
 from seqdiff.tokenizers import build_tokenizer
 from seqdiff.training.clip_search import clip_search_callback
 from seqdiff.training.csv_log import ResumableCSVLogger
@@ -302,6 +303,9 @@ def train(config: RunConfig, run_dir: str | Path, resume: bool = False,
     strategies = ["auto", *SEQDIFF_STRATEGIES, *StrategyRegistry.available_strategies()]
     if tcfg.strategy not in strategies:
         raise RunError(f"train.strategy={tcfg.strategy!r} is unknown; choose one of {strategies}")
+    if config.sample.sampler is not None and config.sample.sampler not in SAMPLERS:
+        # checked here: a typo would otherwise surface only at the first `seqdiff sample` of the run
+        raise RunError(f"sample.sampler={config.sample.sampler!r} is unknown; choose one of {sorted(SAMPLERS)}")
     strategy, accelerator = build_strategy(tcfg)
     check_accelerator(accelerator)
     precision = resolve_precision(tcfg.precision, accelerator)
