@@ -147,8 +147,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
         loader = build_data_module(data_config, model.tokenizer).eval_dataloader(o.split)
         report = evaluate_batches(model, loader, **options)
         corpus = data_config.corpus if data_config.kind == "text" else data_config.kind
+        own_file = getattr(data_config, f"{o.split}_file", None) if data_config.kind == "text" else None
+        if own_file:  # the run's own file for this split, not data.corpus (which then keeps its default)
+            corpus = Path(own_file).name
         report.update({"dataset": f"{Path(corpus).name}/{o.split}", "split": o.split,
-                       "data": f"{data_config.kind} {o.split} split"})
+                       "data": str(own_file) if own_file else f"{data_config.kind} {o.split} split"})
         reports.append(report)
     common = {"checkpoint": str(model.path), "step": model.step, "ema_weights": model.ema}
     if o.rc_conjoin:

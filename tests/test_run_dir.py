@@ -242,6 +242,17 @@ def tiny_run(tmp_path_factory):
     return run
 
 
+def test_eval_of_a_run_on_its_own_files_names_the_file_not_the_default_corpus(tiny_run, capsys):
+    """A run trained on data.*_file: its own split is labelled (and its results file named) by the file, not by
+    data.corpus, which keeps its default (shakespeare) and would collide with `--dataset shakespeare:test`."""
+    assert main(["eval", str(tiny_run), "--split", "valid"]) == 0
+    out = tiny_run / "eval" / "shakespeare_tiny.txt-valid.json"
+    report = read_eval_results(out)[0]
+    assert report["dataset"] == "shakespeare_tiny.txt/valid" and report["data"] == FIXTURE
+    assert not (tiny_run / "eval" / "shakespeare-valid.json").exists()
+    capsys.readouterr()
+
+
 def test_two_evals_of_files_with_the_same_name_keep_both_results(tiny_run, tmp_path, capsys):
     text = open(FIXTURE).read()
     a, b = tmp_path / "a" / "test.txt", tmp_path / "b" / "test.txt"
