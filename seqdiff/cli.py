@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import re
 import sys
 import typing
 from collections.abc import Callable
@@ -258,6 +259,9 @@ def cmd_sample(args: argparse.Namespace) -> int:
     cfg = dataclasses.replace(o.sample_config(), seq_len=length,
                               semi_ar=o.semi_ar or o.length is not None or infill is not None)
     options = SAMPLERS[cfg.sampler].options_from_config(cfg) if cfg.sampler in SAMPLERS else {}
+    if o.energy and cfg.sampler != "edlm":
+        raise SamplerError(f"--energy {o.energy} is read by --sampler edlm only (the {cfg.sampler or 'default'} "
+                           f"sampler would ignore it)")
     if cfg.sampler == "edlm":  # importance sampling with an energy (seqdiff.samplers.edlm_importance)
         from seqdiff.edlm import load_energy
 
@@ -306,6 +310,10 @@ def _read_reference(path: str) -> str:
         raise SamplerError(f"cannot read --reference {path}: {e}") from e
     if not seq.strip("|"):
         raise SamplerError(f"--reference {path} holds no sequence")
+    bad = re.search(r"[^ACGTUNRYSWKMBDHVacgtunryswkmbdhv|\-.]", seq)
+    if bad:  # English text, a protein, a FASTA without its '>' header line
+        raise SamplerError(f"--reference {path} is not a DNA sequence: character {bad.group()!r} at position "
+                           f"{bad.start() + 1} (a FASTA file or plain nucleotide letters expected)")
     return seq
 
 

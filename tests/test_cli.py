@@ -191,6 +191,8 @@ def test_edlm_commands_end_to_end(run_dirs, tmp_path, capsys):
                  "0.5", "--steps", "6", "--num-samples", "2", "--batch-size", "2", "--prompt", "the"]) == 0
     text = capsys.readouterr().out
     assert text.count("=== sample") == 2 and all(line.startswith("the") for line in text.splitlines()[1::2])
+    assert main(["sample", mdlm, "--sampler", "cached", "--energy", f"ar:{ar}", "--steps", "2"]) == 2
+    assert "--energy ar:" in (err := capsys.readouterr().err) and "read by --sampler edlm only" in err
     assert main(["edlm", "eval", mdlm, "--energy", f"ar:{mdlm}"]) == 2  # an MDLM is not an AR energy
     assert "autoregressive" in capsys.readouterr().err
     assert main(["edlm", "eval", mdlm, "--energy", "nce:/nonexistent.pt"]) == 2

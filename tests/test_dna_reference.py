@@ -38,3 +38,13 @@ def test_reference_errors_name_the_file(tmp_path):
     empty.write_text(">r\n")
     with pytest.raises(SamplerError, match="holds no sequence"):
         _read_reference(str(empty))
+
+
+def test_a_reference_that_is_not_dna_is_refused_naming_the_character(tmp_path):
+    text = tmp_path / "play.txt"
+    text.write_text("ACGT\nto be or not\n")
+    with pytest.raises(SamplerError, match=r"play.txt is not a DNA sequence: character 'o' at position 6"):
+        _read_reference(str(text))
+    lower = tmp_path / "soft.txt"
+    lower.write_text("acgtNNryACGT\n")  # soft-masked, N and IUPAC letters are DNA
+    assert _read_reference(str(lower)) == "acgtNNryACGT"

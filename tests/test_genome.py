@@ -522,3 +522,11 @@ def test_real_grch37_chr20(data_source):
     ivs = G.split_by_blocks(fasta, "chr20", 100_000, 0.05, 0.05, gap=1_024)
     sizes = G.summarize(ivs)
     assert sizes["valid"]["bases"] > 2_000_000 and sizes["test"]["bases"] > 2_000_000
+
+
+def test_a_fasta_path_that_is_a_directory_says_so(tmp_path):
+    (tmp_path / "dir.fa").mkdir()
+    with pytest.raises(G.GenomeError, match=r"FASTA file .*dir.fa is a directory"):
+        G.open_fasta(tmp_path / "dir.fa")
+    with pytest.raises(G.GenomeError, match=r"FASTA file .*none.fa does not exist"):
+        G.open_fasta(tmp_path / "none.fa")

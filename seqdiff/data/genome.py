@@ -229,7 +229,7 @@ def open_fasta(path: str | Path) -> FastaHandle:
     """Open (and index when needed) a plain or bgzip FASTA; refuses gzip, truncated files and bad indexes."""
     path = Path(os.path.expandvars(str(path))).expanduser()  # recipes may say ~/... or $SEQDIFF_DATA/...
     if not path.is_file():
-        raise GenomeError(f"FASTA file {path} does not exist")
+        raise GenomeError(f"FASTA file {path} " + ("is a directory" if path.is_dir() else "does not exist"))
     kind = compression(path)
     if kind == "gzip":
         raise GenomeError(f"{path} is gzip- but not bgzip-compressed, so it has no random access: {_gzip_hint(path)}")
@@ -380,7 +380,7 @@ def _first_iupac(raw: np.ndarray) -> int:
 
 def _read_fasta_bytes(path: Path) -> bytes:
     if not path.is_file():
-        raise GenomeError(f"FASTA file {path} does not exist")
+        raise GenomeError(f"FASTA file {path} " + ("is a directory" if path.is_dir() else "does not exist"))
     try:
         if compression(path) == "plain":
             return path.read_bytes()
