@@ -553,7 +553,18 @@ def load_run_config(path: str | Path | None = None, overrides: list[str] | None 
         return from_dict(RunConfig, data)
     except ConfigError as e:
         where = f"{path}: " if path is not None else ""
+        if path is not None and overrides and _valid_alone(path):  # the recipe alone is fine: an override is not
+            where = "command line: "
         raise ConfigError(f"{where}{e}") from e
+
+
+def _valid_alone(path: str | Path) -> bool:
+    """Whether the recipe at `path` makes a valid RunConfig without overrides (so an error is theirs)."""
+    try:
+        from_dict(RunConfig, load_yaml(path))
+    except ConfigError:
+        return False
+    return True
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -133,6 +133,15 @@ def test_out_of_range_train_values_and_run_names_are_refused(override, message):
         load_run_config(None, [override])
 
 
+def test_a_bad_override_is_blamed_on_the_command_line_and_a_bad_recipe_on_its_file(tmp_path):
+    with pytest.raises(ConfigError, match=r"^command line: train.max_steps must be >= 1, got -5"):
+        load_run_config("configs/shakespeare_char_mdlm.yaml", ["train.max_steps=-5"])
+    recipe = tmp_path / "bad.yaml"
+    recipe.write_text("train:\n  max_steps: -5\n")
+    with pytest.raises(ConfigError, match=r"bad.yaml: train.max_steps must be >= 1"):
+        load_run_config(str(recipe), ["train.lr=1e-3"])
+
+
 def test_fasta_blocks_shorter_than_the_window_are_refused():
     base = ["data.kind=fasta", "data.tokenizer=nucleotide", "data.seq_len=128"]
     with pytest.raises(ConfigError, match="data.fasta.block_size=64 is smaller than data.seq_len=128"):
