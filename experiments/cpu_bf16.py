@@ -22,17 +22,16 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import os
 import platform
 import shlex
 import statistics
 import sys
 import time
-from pathlib import Path
 
 import torch
 
+from experiments.report import write_results
 from seqdiff.backbones import attention as attention_module
 from seqdiff.bench.measure import OtherLoad, load_average, make_matmul, quiet_rounds, rotated, spread, timed
 from seqdiff.bench.models import Shape, build_model, make_train_step
@@ -152,11 +151,7 @@ def main(argv: list[str] | None = None) -> int:
         results["shapes"][label] = bench_shape(SHAPES[label], args)
     results["load_average_end"] = load_average()
     results["elapsed_s"] = time.perf_counter() - t0
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(json.dumps(results, indent=1) + "\n")
-    (out / "table.md").write_text(table(results))
-    print(table(results))
+    write_results(args.out, results, table(results), indent=1)
     return 0
 
 

@@ -17,13 +17,13 @@ from __future__ import annotations
 import argparse
 import copy
 import datetime as dt
-import json
-import shlex
 import sys
 import tempfile
 from pathlib import Path
 
 import torch
+
+from experiments.report import command_line, write_results
 
 WAYS = ("unsharded whole", "sharded whole", "sharded per block")
 
@@ -107,15 +107,10 @@ def main(argv: list[str] | None = None) -> int:
             ways = {way: count(way, backbone, method, ids, args.steps) for way in WAYS}
         finally:
             dist.destroy_process_group()
-    results = {"command": "python -m experiments.fsdp2_compile_graphs" + "".join(
-                   f" {shlex.quote(a)}" for a in (argv if argv is not None else sys.argv[1:])),
+    results = {"command": command_line("fsdp2_compile_graphs", argv),
                "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "torch": torch.__version__,
                "config": {k: v for k, v in vars(args).items() if k != "out"}, "ways": ways}
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
-    (out / "table.md").write_text(table(results))
-    print(table(results))
+    write_results(args.out, results, table(results))
     return 0
 
 

@@ -27,7 +27,6 @@ import datetime as dt
 import json
 import os
 import resource
-import shlex
 import statistics
 import subprocess
 import sys
@@ -35,6 +34,8 @@ import time
 from pathlib import Path
 
 import torch
+
+from experiments.report import command_line, write_results
 
 ARMS = ("lazy", "dense")
 
@@ -195,16 +196,11 @@ def main(argv: list[str] | None = None) -> int:
                      "denoiser_calls": runs["lazy"][0]["denoiser_calls"],
                      "same_tokens": len({x["checksum"] for x in runs["lazy"] + runs["dense"]}) == 1,
                      "runs": runs})
-    results = {"command": "python -m experiments.sampler_lazy" + "".join(
-                   f" {shlex.quote(a)}" for a in (argv if argv is not None else sys.argv[1:])),
+    results = {"command": command_line("sampler_lazy", argv),
                "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "torch": torch.__version__,
                "load_average": load, "seconds": time.perf_counter() - start,
                "config": {k: v for k, v in vars(args).items() if k not in ("arm", "out")}, "rows": rows}
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
-    (out / "table.md").write_text(table(results))
-    print(table(results))
+    write_results(args.out, results, table(results))
     return 0
 
 

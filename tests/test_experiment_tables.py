@@ -96,3 +96,12 @@ def test_fsdp2_compile_graphs_table():
     md = table(results)
     assert "| sharded whole | 12 (11) | 1 | 63 | 3 |" in md and "| sharded per block | 1 (1) | 0 | 56 | 1 |" in md
     assert "Graph breaks: sharded whole: Attempted to call function marked as skipped" in md
+
+
+def test_experiment_reports_name_their_command_and_write_both_files(tmp_path, capsys):
+    from experiments.report import command_line, write_results
+
+    assert command_line("sampler_lazy", ["--out", "a b"]) == "python -m experiments.sampler_lazy --out 'a b'"
+    out = write_results(tmp_path / "r", {"x": 1}, "| t |\n")
+    assert json.loads((out / "results.json").read_text()) == {"x": 1}
+    assert (out / "table.md").read_text() == "| t |\n" and "| t |" in capsys.readouterr().out
