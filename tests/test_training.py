@@ -1,4 +1,5 @@
 import math
+from pathlib import Path
 
 import lightning as L
 import pandas as pd
@@ -85,6 +86,44 @@ def test_bad_data_fails_before_writing(tmp_path):
     cfg = tiny_config(**{"data.seq_len": 128})
     with pytest.raises(RunError, match="max_seq_len"):
         train(cfg, tmp_path / "r")
+
+
+def _fasta(path, records):
+    path.write_text("".join(f">{name}\n" + "\n".join(seq[i:i + 60] for i in range(0, len(seq), 60)) + "\n"
+                            for name, seq in records.items()))
+    return path
+
+
+@pytest.mark.parametrize("block_mode", ["stream", "padded"])
+def test_a_training_split_too_short_for_one_row_fails_before_writing_and_names_the_file(tmp_path, block_mode):
+    short = tmp_path / "short.txt"
+    short.write_text("to be\n" if block_mode == "stream" else "\n\n")
+    cfg = tiny_config(**{"data.train_file": str(short), "data.text.block_mode": block_mode})
+    with pytest.raises(ValueError, match="short.txt" if block_mode == "stream" else "empty|short.txt"):
+        train(cfg, tmp_path / "r")
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("n_rich", ["chr1", "chr2"])
+def test_a_mostly_n_training_or_validation_split_fails_before_writing(tmp_path, n_rich):
+    g = torch.Generator().manual_seed(0)
+    bases = lambda n: "".join("ACGT"[i] for i in torch.randint(0, 4, (n,), generator=g).tolist())  # noqa: E731
+    mostly_n = "".join("N" * 70 if i % 2 else bases(30) for i in range(60))
+    records = {c: (mostly_n if c == n_rich else bases(3000)) for c in ("chr1", "chr2", "chr3")}
+    fa = _fasta(tmp_path / "g.fa", records)
+    cfg = load_run_config(None, [
+        "model.preset=test", "model.max_seq_len=64", "data.seq_len=64", "data.batch_size=2", "data.kind=fasta",
+        "data.tokenizer=nucleotide", f"data.fasta.path={fa}", "data.fasta.split_mode=chromosomes",
+        "data.fasta.valid_chromosomes=[chr2]", "data.fasta.test_chromosomes=[chr3]", "train.max_steps=2",
+        "train.progress_bar=false"])
+    with pytest.raises(ValueError, match="g.fa: .*N"):
+        train(cfg, tmp_path / "r")
+    assert not (tmp_path / "r").exists()
+    records[n_rich] = bases(3000)  # the same recipe trains once the split is usable
+    _fasta(fa, records)
+    Path(f"{fa}.fai").unlink(missing_ok=True)
+    train(cfg, tmp_path / "r")
+    assert (tmp_path / "r" / "checkpoints" / "last.ckpt").is_file()
 
 
 def test_training_lowers_the_loss(tmp_path):

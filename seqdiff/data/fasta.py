@@ -11,6 +11,7 @@ import lightning as L
 from torch.utils.data import DataLoader
 
 from seqdiff.config import DataConfig
+from seqdiff.data.blocks import step_generator
 from seqdiff.data.genome import (
     SPLITS,
     FastaHandle,
@@ -96,6 +97,15 @@ class FastaDataModule(L.LightningDataModule):
                 raise GenomeError(f"{self.config.fasta.path}: no training interval holds a window of data.seq_len="
                                   f"{self.config.seq_len} bases (longest: {longest})")
 
+    def check_windows(self, splits=("train", "valid")) -> None:
+        """Fail before training writes anything when a split's windows are unusable (mostly N): one training
+        window is drawn (up to its max_draws tries) and the evaluation splits are tiled (kept for later)."""
+        for split in splits:
+            if split == "train":
+                self.train_dataset().draw(step_generator(self.seed, 0))
+            else:
+                self.eval_dataset(split)
+
     # ------------------------------------------------------------------ datasets and loaders
     def train_dataset(self, start_step: int = 0) -> RandomGenomeWindows:
         cfg, fa = self.config, self.config.fasta
@@ -110,7 +120,8 @@ class FastaDataModule(L.LightningDataModule):
             data = TiledGenomeWindows(self.fasta, self.split_intervals(split), cfg.seq_len, self.tokenizer,
                                       max_n_fraction=fa.max_n_fraction, keep_soft_mask=fa.keep_soft_mask)
             if len(data) == 0:
-                raise GenomeError(f"{fa.path}: every {split} window has more than {fa.max_n_fraction:.0%} N")
+                raise GenomeError(f"{fa.path}: every {split} window has more than {fa.max_n_fraction:.0%} N "
+                                  f"(data.fasta.max_n_fraction)")
             self._tiled[split] = data
         return self._tiled[split]
 

@@ -201,6 +201,22 @@ class TextDataModule(L.LightningDataModule):
         for split in splits:
             self.split_arrays(split)
 
+    def check_windows(self, splits=("train", "valid")) -> None:
+        """Fail before training writes anything when the training split cannot fill one row: a stream shorter
+        than data.seq_len, or a block table with no rows. Evaluation splits tile with padding, so any
+        non-empty one serves."""
+        if "train" not in splits:
+            return
+        if self.config.text.block_mode == "stream":
+            size = len(self.split_tokens("train"))
+            if size < self.config.seq_len:
+                raise DataFileError(f"{SplitSource(self.config, 'train').what()}: the training split has {size} "
+                                    f"tokens, fewer than data.seq_len={self.config.seq_len}; use a longer file "
+                                    f"or a smaller data.seq_len")
+        elif len(self.split_arrays("train")["blocks"]) == 0:
+            raise DataFileError(f"{SplitSource(self.config, 'train').what()}: the training split has no "
+                                f"non-empty documents (data.text.documents={self.config.text.documents})")
+
     def split_arrays(self, split: str) -> dict[str, np.ndarray]:
         """{"tokens"} (stream), {"blocks", "lengths"} (wrapped / padded; packed: + "segments") of a split, loaded
         once."""

@@ -328,6 +328,7 @@ def train(config: RunConfig, run_dir: str | Path, resume: bool = False,
     clip_search = clip_search_callback(config.method, method, seed=tcfg.seed)  # bd3lm's var_min search
     data = build_data_module(config.data, tokenizer, seed=tcfg.seed)
     data.check_files()  # fail on bad data before anything is written
+    data.check_windows(("train", "valid"))  # a split too short, or too N-rich, for one window
 
     ckpt_path, resume_step = None, None
     if resume:  # a corrupted last.ckpt falls back to the newest readable step*.ckpt, with a message
