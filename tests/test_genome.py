@@ -530,3 +530,52 @@ def test_a_fasta_path_that_is_a_directory_says_so(tmp_path):
         G.open_fasta(tmp_path / "dir.fa")
     with pytest.raises(G.GenomeError, match=r"FASTA file .*none.fa does not exist"):
         G.open_fasta(tmp_path / "none.fa")
+
+
+def test_a_fasta_with_uneven_lines_is_read_through_a_rewrapped_copy(gdir, tmp_path, monkeypatch, caplog):
+    """Real chr20 sequence re-wrapped at varying widths (with a blank line, a comment, CRLF and trailing spaces):
+    pyfaidx cannot index it, so a copy with 60 bases per line is written once under the data directory and
+    every base reads back as in the file; nothing is left in the user's folder."""
+    monkeypatch.setenv("SEQDIFF_DATA", str(tmp_path / "data"))
+    seqs = records(gdir / f"{STEM}.fa")
+    names = PLAIN_RECORDS
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    lines = []
+    for k, name in enumerate(names):
+        lines.append(f">{name} description text")
+        seq, i, widths = seqs[name], 0, [50, 61, 70, 33]
+        while i < len(seq):
+            w = widths[(i // 7 + k) % len(widths)]
+            lines.append(seq[i:i + w] + (" " if i % 3 == 0 else ""))
+            i += w
+        lines.insert(3, "")
+    lines.insert(1, "; a comment line")
+    path = folder / "uneven.fa"
+    path.write_bytes("\r\n".join(lines).encode() + b"\r\n")
+    with pytest.raises(G.GenomeError, match="not consistent"):
+        G._open_indexed(path)
+    with caplog.at_level(logging.WARNING):
+        fasta = G.open_fasta(path)
+    copies = list((tmp_path / "data" / "fasta-rewrapped").glob("*.fa"))
+    assert len(copies) == 1 and fasta.path == copies[0] and "lines vary in length" in caplog.text
+    assert sorted(p.name for p in folder.iterdir()) == ["uneven.fa"]
+    assert fasta.names == names
+    for name in names:
+        assert fasta.fetch(name, 0, fasta.length(name)).tobytes().decode() == seqs[name]
+    assert all(len(line) == 60 for line in copies[0].read_bytes().split(b"\n")[1:10])
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        assert G.open_fasta(path).path == copies[0]  # written once
+    assert "lines vary" not in caplog.text
+    path.write_bytes(path.read_bytes().replace(b"\r\n>", b"\r\nACGT\r\n>", 1))  # an edited file: a fresh copy
+    os.utime(path, ns=(time.time_ns(), time.time_ns() + 10**9))
+    assert G.open_fasta(path).length(names[0]) == len(seqs[names[0]]) + 4
+    assert len(list((tmp_path / "data" / "fasta-rewrapped").glob("*.fa"))) == 2
+
+
+def test_a_fasta_with_a_non_ascii_byte_names_its_line_and_column(tmp_path):
+    path = tmp_path / "latin.fa"
+    path.write_bytes(b">chr1\nACGTACGT\nACGTACGT\nACGT\xe9CGT\nACGT\n")
+    with pytest.raises(G.GenomeError, match=r"latin.fa: line 4, column 5: byte 0xe9 is not ASCII"):
+        G.open_fasta(path)

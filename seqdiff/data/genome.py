@@ -4,7 +4,9 @@ Design choices
 - pyfaidx reads plain and bgzip-compressed FASTA by random access (.fai, plus .gzi for bgzip). Missing
   indexes are built beside the file; present ones are checked against it (modification time, and the
   record boundaries the .fai claims), and a stale one is rebuilt or, where the folder is read-only,
-  refused with a message. A plain gzip file (no random access) and a truncated bgzip file are refused.
+  refused with a message. A plain gzip file (no random access) and a truncated bgzip file are refused. A
+  file whose sequence lines vary in length (which pyfaidx cannot index) is read through a copy re-wrapped at
+  60 bases per line under the data directory (`rewrapped_copy`).
 - One pyfaidx handle per process: `FastaHandle` keeps the pid that opened it and reopens in a forked
   DataLoader worker (a handle shared across forks reads empty or garbled sequence).
 - Splits are lists of `Interval(chrom, start, end, split)`, 0-based and half-open: from a BED file in the
@@ -198,6 +200,10 @@ def _index_problem(path: Path, faidx, bgzf: bool, max_checked: int = 2000) -> st
     return None
 
 
+class UnevenLines(GenomeError):
+    """pyfaidx needs every sequence line of a record to have one length (random access computes offsets)."""
+
+
 def _open_faidx(path: Path, rebuild: bool = True):
     import pyfaidx
 
@@ -205,7 +211,10 @@ def _open_faidx(path: Path, rebuild: bool = True):
         return pyfaidx.Faidx(str(path), as_raw=True, rebuild=rebuild, build_index=rebuild,
                              sequence_always_upper=False)
     except pyfaidx.FastaIndexingError as e:
-        raise GenomeError(f"{path}: not a FASTA file pyfaidx can index: {e}") from e
+        kind = UnevenLines if "not consistent" in str(e) else GenomeError
+        raise kind(f"{path}: not a FASTA file pyfaidx can index: {e}") from e
+    except UnicodeDecodeError as e:
+        raise GenomeError(f"{path}: {_first_non_ascii(path) or e}; a FASTA file holds ASCII text") from e
     except pyfaidx.UnsupportedCompressionFormat as e:
         raise GenomeError(f"{path} is gzip- but not bgzip-compressed: {_gzip_hint(path)}") from e
     except (EOFError, zlib.error) as e:
@@ -225,9 +234,83 @@ def _index_state(path: Path, bgzf: bool) -> tuple[list[Path], list[Path]]:
     return missing, stale
 
 
+def _fasta_lines(path: Path) -> Iterable[bytes]:
+    """The lines of a plain, gzip or bgzip FASTA, streamed."""
+    opener = open if compression(path) == "plain" else gzip.open
+    with opener(path, "rb") as f:
+        yield from f
+
+
+def _first_non_ascii(path: Path) -> str | None:
+    """Where the first byte that is not ASCII sits ("line 22, column 31: byte 0xe9"), for a decoding error."""
+    try:
+        for number, line in enumerate(_fasta_lines(path), 1):
+            bad = next((i for i, b in enumerate(line) if b > 127), None)
+            if bad is not None:
+                return f"line {number:,}, column {bad + 1}: byte {line[bad]:#04x} is not ASCII"
+    except (OSError, EOFError, zlib.error):
+        pass
+    return None
+
+
+REWRAP_WIDTH = 60
+"""Bases per line of a re-wrapped copy (the width of the UCSC and Ensembl FASTA files)."""
+
+
+def rewrapped_copy(path: Path) -> Path:
+    """A copy of `path` (plain / gzip / bgzip) with every record's bases in lines of REWRAP_WIDTH, for a FASTA
+    whose lines vary in length (random access needs one length per record). Written once, streamed, under the
+    data directory (`fasta-rewrapped/`), named by the file's path, size and modification time, so that an
+    edited file gets a fresh copy and the user's folder receives nothing but the index."""
+    import hashlib
+
+    from seqdiff.sources import data_dir
+
+    stat = path.stat()
+    key = hashlib.sha256(f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}".encode()).hexdigest()[:16]
+    stem = re.sub(r"(\.gz|\.bgz)$", "", path.name)
+    out = data_dir() / "fasta-rewrapped" / f"{Path(stem).stem}-{key}.fa"
+    if out.is_file():
+        return out
+    log.warning("%s: its sequence lines vary in length, which indexed (random) access cannot read; writing a "
+                "copy with %d bases per line to %s (once)", path, REWRAP_WIDTH, out)
+
+    def write(f) -> None:
+        buffer = bytearray()
+        for line in _fasta_lines(path):
+            line = line.rstrip(b"\r\n")
+            if line.startswith(b">"):
+                if buffer:
+                    f.write(bytes(buffer) + b"\n")
+                    buffer.clear()
+                f.write(line + b"\n")
+            elif not line.startswith(b";"):
+                buffer += line.replace(b" ", b"").replace(b"\t", b"")
+                full = len(buffer) - len(buffer) % REWRAP_WIDTH
+                for i in range(0, full, REWRAP_WIDTH):
+                    f.write(bytes(buffer[i:i + REWRAP_WIDTH]) + b"\n")
+                del buffer[:full]
+        if buffer:
+            f.write(bytes(buffer) + b"\n")
+
+    try:
+        atomic_write(out, write, "re-wrapped FASTA")
+    except (EOFError, zlib.error) as e:
+        raise GenomeError(f"{path}: the compressed file ends early or is damaged ({e}); is it truncated?") from e
+    return out
+
+
 def open_fasta(path: str | Path) -> FastaHandle:
-    """Open (and index when needed) a plain or bgzip FASTA; refuses gzip, truncated files and bad indexes."""
+    """Open (and index when needed) a plain or bgzip FASTA; refuses gzip, truncated files and bad indexes. A
+    FASTA whose lines vary in length is read through a re-wrapped copy (`rewrapped_copy`)."""
     path = Path(os.path.expandvars(str(path))).expanduser()  # recipes may say ~/... or $SEQDIFF_DATA/...
+    try:
+        return _open_indexed(path)
+    except UnevenLines:
+        return _open_indexed(rewrapped_copy(path))
+
+
+def _open_indexed(path: Path) -> FastaHandle:
     if not path.is_file():
         raise GenomeError(f"FASTA file {path} " + ("is a directory" if path.is_dir() else "does not exist"))
     kind = compression(path)
