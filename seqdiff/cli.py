@@ -19,16 +19,19 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
 import json
+import logging
 import re
 import sys
 import typing
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
 import yaml
 
-from seqdiff.config import ConfigError, RunConfig, field_help
+from seqdiff.config import ConfigError, RunConfig, field_help, parse_override
 from seqdiff.errors import SeqdiffError
 from seqdiff.options import (
     OVERRIDE,
@@ -620,14 +623,30 @@ def _options_epilog(command: Command) -> str:
                       *key_lines(section, cls)])
 
 
-def _add_commands(sub, commands: dict[str, Command], prefix: str = "") -> None:
+class _Parser(argparse.ArgumentParser):
+    """An epilog may be a callable, made only when this parser's help is printed: the key lists import the
+    registries (torch), which a command line that does not ask for help should not wait for."""
+
+    def format_help(self) -> str:
+        if callable(self.epilog):
+            self.epilog = self.epilog()
+        return super().format_help()
+
+
+def _add_commands(sub, commands: dict[str, Command], prefix: str = "", path: list[str] | None = None) -> None:
+    """Add `commands` to `sub`. With `path` (the command line's leading words), only the command it names gets
+    its flags and options; the others only their name and help line, which is all `seqdiff --help` shows, so
+    that parsing one command does not import what the key lists of every other command need."""
     for name, command in commands.items():
         full = f"{prefix}{name}"
-        epilog = command.epilog() if command.epilog else _options_epilog(command) if command.options else None
+        epilog = command.epilog or ((lambda c=command: _options_epilog(c)) if command.options else None)
         p = sub.add_parser(name, help=command.help, epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter)
+        if path is not None and (not path or path[0] != name):
+            continue
+        rest = path[1:] if path is not None else None
         if command.subcommands:
             _add_commands(p.add_subparsers(dest=f"{full.replace(' ', '_')}_command", required=True),
-                          command.subcommands, full + " ")
+                          command.subcommands, full + " ", rest)
             continue
         if command.arguments is not None:
             command.arguments(p)
@@ -641,16 +660,18 @@ def _add_commands(sub, commands: dict[str, Command], prefix: str = "") -> None:
         p.set_defaults(_command=command, _parser=p, command=full)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="seqdiff", description="Masked discrete diffusion language models.")
-    _add_commands(parser.add_subparsers(dest="command", required=True), _commands())
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """Every command's parser; given `argv`, only the command it names is built in full (see _add_commands)."""
+    parser = _Parser(prog="seqdiff", description="Masked discrete diffusion language models.")
+    path = list(itertools.takewhile(lambda a: not a.startswith("-"), argv)) if argv is not None else None
+    _add_commands(parser.add_subparsers(dest="command", required=True), _commands(), path=path)
     return parser
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
     """Parse a command line, then type its options: overrides may come anywhere (after flags too); the options of
     a checkpoint command start from the run's saved config; bad keys and values fail here, before any work."""
-    args, extra = build_parser().parse_known_args(argv)
+    args, extra = build_parser(argv).parse_known_args(argv)
     command: Command = args._command
     takes_overrides = _takes_overrides(command)
     if command.paths is not None:
@@ -682,11 +703,11 @@ def _flag_overrides(args: argparse.Namespace, section: str) -> None:
                               f"{sorted(actions)}")
         action = actions[path[1]]
         if action.nargs == 0:  # store_true
-            value = yaml.safe_load(raw) if raw else None
+            value = parse_override(text)[1] if raw else None  # YAML that does not parse: one line naming it
             if not isinstance(value, bool):
                 raise ConfigError(f"{key} must be true or false, got {raw!r}")
         else:
-            items = yaml.safe_load(raw) if isinstance(action, argparse._AppendAction) else raw
+            items = parse_override(text)[1] if isinstance(action, argparse._AppendAction) else raw
             items = items if isinstance(items, list) else [items]
             try:
                 values = [action.type(str(v)) if action.type else str(v) for v in items]
@@ -708,12 +729,38 @@ def resolve_options(args: argparse.Namespace) -> None:
         return
     section, cls = command.options
     saved = saved_section(args.checkpoint, section) if hasattr(args, "checkpoint") else None
-    setattr(args, section, resolve(section, cls, args, saved))
+    options = resolve(section, cls, args, saved)
+    if getattr(cls, "out_is_file", False) and getattr(options, "out", None):
+        from seqdiff.safe_io import check_output_file
+
+        check_output_file(options.out, f"{section}.out")  # a folder or an unwritable place: refused before any work
+    setattr(args, section, options)
+
+
+class _DropLightningTips(logging.Filter):
+    """Lightning's advertisement for its cloud logger, printed at every Trainer: nothing a user can act on."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "litlogger" not in str(record.msg)
+
+
+def _quiet_third_party_noise() -> None:
+    """Lines that Lightning prints on every run and that say nothing about this run: its cloud-logger tip, and
+    a deprecation inside Lightning's own code that the installed torch warns about (not ours to fix)."""
+    logger = logging.getLogger("lightning.pytorch.utilities.rank_zero")
+    if not any(isinstance(f, _DropLightningTips) for f in logger.filters):
+        logger.addFilter(_DropLightningTips())
+    warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)` is deprecated")
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    args = parse(argv)
+    _quiet_third_party_noise()
+    try:
+        args = parse(argv)
+    except KeyboardInterrupt:  # Ctrl-C while the command's modules are still importing
+        print("seqdiff: interrupted", file=sys.stderr)
+        return 130
     try:
         resolve_options(args)
         return args._command.handler(args)

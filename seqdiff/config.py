@@ -754,12 +754,26 @@ def to_dict(obj: Any) -> dict[str, Any]:
     return dataclasses.asdict(obj)
 
 
+def yaml_problem(e: yaml.YAMLError) -> str:
+    """A YAML parser error in one line: where and what (the parser's own message spans several lines and
+    quotes the text twice)."""
+    mark = getattr(e, "problem_mark", None)
+    problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+    context = getattr(e, "context", None)
+    return f"{where}{problem}" + (f" ({context})" if context else "")
+
+
 def parse_override(text: str) -> tuple[list[str], Any]:
     """`model.hidden_size=256` -> (['model', 'hidden_size'], 256); values are parsed as YAML scalars."""
     if "=" not in text:
         raise ConfigError(f"override {text!r} must look like section.key=value")
     key, raw = text.split("=", 1)
-    value = yaml.safe_load(raw) if raw != "" else ""
+    try:
+        value = yaml.safe_load(raw) if raw != "" else ""
+    except yaml.YAMLError as e:
+        raise ConfigError(f"override {text!r}: the value is not valid YAML ({yaml_problem(e)}); quote it to pass "
+                          f"text") from None
     return key.strip().split("."), value
 
 
@@ -791,9 +805,11 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     if not path.is_file():
         raise ConfigError(f"config file {path} does not exist")
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"config file {path} is not UTF-8 text (byte {e.start}); is it a YAML recipe?") from None
     except yaml.YAMLError as e:
-        raise ConfigError(f"config file {path} is not valid YAML: {e}") from e
+        raise ConfigError(f"config file {path} is not valid YAML: {yaml_problem(e)}") from None
     if data is None:
         raise ConfigError(f"config file {path} is empty")
     if not isinstance(data, dict):

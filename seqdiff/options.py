@@ -25,7 +25,7 @@ import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import yaml
 
@@ -39,6 +39,7 @@ OVERRIDE = re.compile(r"^[A-Za-z_]\w*(\.\w+)*=")
 @dataclass
 class SampleOptions(SampleConfig):
     """sample.*: the run's saved sampling defaults (SampleConfig) and what one `seqdiff sample` asks for."""
+    out_is_file: ClassVar[bool] = True  # `out` names a file: checked before any work (cli.resolve_options)
 
     length: int | None = None
     """Tokens per sample; beyond the model's context, semi-autoregressive blocks (diffusion); wins over seq_len."""
@@ -92,6 +93,7 @@ EVAL_SOURCES = {"--data": "data:", "--dataset": "dataset:"}
 @dataclass
 class EvalOptions:
     """eval.*: what `seqdiff eval` scores and how."""
+    out_is_file: ClassVar[bool] = True  # `out` names a file: checked before any work (cli.resolve_options)
 
     sources: list[str] = field(default_factory=list, metadata={"append": EVAL_SOURCES})
     """Zero-shot sources in order, each data:PATH (a text / FASTA file or corpus folder; flag --data PATH) or
@@ -227,6 +229,7 @@ class ProbeOptions:
 @dataclass
 class ScoreOptions:
     """score.*: `seqdiff score`, zero-shot variant effects of a DNA model (seqdiff.evaluation.variants)."""
+    out_is_file: ClassVar[bool] = True  # `out` names a file: checked before any work (cli.resolve_options)
 
     fasta: str | None = None
     """Required: the reference FASTA (plain or bgzip) the variants refer to."""

@@ -80,6 +80,25 @@ def ensure_dir(path: str | Path, what: str = "folder") -> Path:
     return path
 
 
+def check_output_file(path: str | Path, what: str = "output file") -> Path:
+    """Refuse, before the work that would fill it, an output path that cannot become a file: a folder, a path
+    under a file, or a folder this process may not write into. Creates nothing; an existing file is replaced
+    when the output is written (as with any `-o FILE`)."""
+    path = Path(path)
+    if path.is_dir():
+        raise WriteError(f"{what} {path} is a folder; name a file")
+    if is_special(path):  # /dev/null, a named pipe: written through
+        return path
+    folder = path.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if folder.exists() and not folder.is_dir():
+        raise WriteError(f"{what} {path}: {folder} is a file, not a folder")
+    if folder.is_dir() and not os.access(folder, os.W_OK | os.X_OK):
+        raise WriteError(f"{what} {path}: {folder} is not writable (permission denied)")
+    return path
+
+
 def is_special(path: str | Path) -> bool:
     """True for a path that exists and is neither a regular file nor a folder (/dev/null, a named pipe)."""
     path = Path(path)

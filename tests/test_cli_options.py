@@ -5,10 +5,13 @@ sections, bad values and a key given twice are refused in one line before anythi
 
 import dataclasses
 import json
+import subprocess
+import sys
 
 import pytest
 import yaml
 
+from seqdiff import cli
 from seqdiff.cli import _commands, build_parser, main, parse, resolve_options
 from seqdiff.config import ConfigError, SampleConfig
 from seqdiff.options import EvalOptions, ProbeOptions, SampleOptions
@@ -124,12 +127,31 @@ def test_frontier_and_bench_take_overrides_onto_their_flags():
                           (["frontier", "frontier.edlm_window=nan"], "finite number"),
                           (["bench", "bench.preset=huge"], r"bench.preset='huge' is not allowed; choose one of"),
                           (["bench", "bench.repeats=x"], r"bench.repeats='x'"),
-                          (["bench", "bench.compile=maybe"], "must be true or false")]:
+                          (["bench", "bench.compile=maybe"], "must be true or false"),
+                          (["bench", "bench.compile=[tru"], r"'bench.compile=\[tru': the value is not valid YAML"),
+                          (["frontier", "frontier.checkpoint=[a, b"], "not valid YAML")]:
         with pytest.raises(ConfigError, match=message):
             resolve_options(parse(argv))
 
 
 # ---------------------------------------------------------------------------------------------- bad input
+@pytest.mark.parametrize("argv", [["sample", "RUN"], ["eval", "RUN"], ["score", "RUN", "--fasta", "a.fa"],
+                                  ["edlm", "eval", "RUN"], ["edlm", "train-nce", "RUN"]])
+def test_an_out_file_that_cannot_be_written_is_refused_before_any_work(argv, tmp_path, capsys):
+    """A folder, or a path under a file, given as --out fails in one line before the checkpoint is read (the
+    run named here does not exist: reaching it would be a different error)."""
+    (tmp_path / "file").write_text("x")
+    section = {"edlm eval": "edlm", "edlm train-nce": "nce"}.get(" ".join(argv[:2]), argv[0])
+    for out, message in [(tmp_path, f"{section}.out {tmp_path} is a folder; name a file"),
+                         (tmp_path / "file" / "x.json", f"{tmp_path / 'file'} is a file, not a folder")]:
+        assert main([*argv, "--out", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert message in err and err.count("\n") == 1, err
+    assert not (tmp_path / "new").exists()
+    o, _ = options([*argv, "--out", str(tmp_path / "new" / "out.txt")])  # a new file in a new folder passes
+    assert o.out == str(tmp_path / "new" / "out.txt") and not (tmp_path / "new").exists()  # nothing created yet
+
+
 @pytest.mark.parametrize("argv,message", [
     (["sample", "RUN", "sample.stepz=3"], r"unknown config key sample\.stepz; allowed keys: \[.*'steps'"),
     (["sample", "RUN", "model.hidden_size=8"], r"model.hidden_size=8.*takes sample\.KEY=VALUE"),
@@ -223,6 +245,30 @@ def test_every_subcommand_comes_from_the_one_table():
             assert sub.handler is not None
     assert set(table["edlm"].subcommands) == {"eval", "train-nce"}
     assert {"bench", "frontier"} <= set(table)
+
+
+def test_a_command_line_builds_only_the_command_it_names_and_ctrl_c_while_parsing_is_one_line(monkeypatch, capsys):
+    """`seqdiff --help` and a light command do not import torch (the key lists of the other commands would);
+    the named command still gets every flag, and the top-level help still lists every command."""
+    code = ("import sys\nfrom seqdiff.cli import build_parser, parse\n"
+            "args = parse(['data', 'list'])\nassert args.command == 'data list', args.command\n"
+            "parse(['config', 'data.seq_len=64'])\n"
+            "help = build_parser([]).format_help()\n"
+            "assert all(c in help for c in ('train', 'sample', 'frontier', 'bench')), help\n"
+            "print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
+    full = build_parser()._subparsers._group_actions[0].choices["eval"]
+    named = build_parser(["eval", "runs/x"])._subparsers._group_actions[0].choices["eval"]
+    assert [a.dest for a in named._actions] == [a.dest for a in full._actions]
+    assert "eval.num_t_samples" in named.format_help()
+
+    def interrupted(argv):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "parse", interrupted)
+    assert main(["train"]) == 130
+    assert capsys.readouterr().err == "seqdiff: interrupted\n"
 
 
 def test_help_and_config_keys_list_the_command_options(capsys):

@@ -72,6 +72,15 @@ def test_bad_recipe_files(tmp_path):
     (tmp_path / "bad.yaml").write_text("model: [unclosed")
     with pytest.raises(ConfigError, match="not valid YAML"):
         load_run_config(tmp_path / "bad.yaml")
+    (tmp_path / "bad.yaml").write_text("name: x\nmodel:\n  preset: [cpu-tiny\ntrain:\n  max_steps: 2\n")
+    with pytest.raises(ConfigError) as e:
+        load_run_config(tmp_path / "bad.yaml")
+    assert "\n" not in str(e.value) and "bad.yaml is not valid YAML: line 4, column 6: " in str(e.value)
+    (tmp_path / "binary.yaml").write_bytes(b"name: x\n\xd0\xff\x00")
+    with pytest.raises(ConfigError, match=r"binary.yaml is not UTF-8 text \(byte 8\)"):
+        load_run_config(tmp_path / "binary.yaml")
+    with pytest.raises(ConfigError, match=r"override 'data.seq_len=\[1': the value is not valid YAML \(line 1"):
+        load_run_config(None, ["data.seq_len=[1"])
     (tmp_path / "typo.yaml").write_text("modle:\n  hidden_size: 8\n")
     with pytest.raises(ConfigError, match=r"typo.yaml.*modle"):
         load_run_config(tmp_path / "typo.yaml")

@@ -1,7 +1,8 @@
 """EDLM: energy-based diffusion language models on top of a frozen MDLM (Xu et al., ICLR 2025).
 
-- Energies (one per file; ENERGIES maps names to classes): `ar` (residual AR energy), `coar` (carry-over AR,
-  exactly normalized), `nce` (a learned energy network trained by noise-contrastive estimation).
+- Energies (one per file; ENERGIES in seqdiff.edlm.energies maps names to classes): `ar` (residual AR
+  energy), `coar` (carry-over AR, exactly normalized), `nce` (a learned energy network trained by
+  noise-contrastive estimation).
 - Generation: seqdiff.samplers.edlm_importance (importance sampling inside a window of early steps).
 - Likelihood: seqdiff.edlm.likelihood (NELBO with the corrected log-partition estimate of
   seqdiff.edlm.partition; exact for coAR).
@@ -9,39 +10,27 @@
 
 An energy is named on the command line as KIND:PATH, e.g. `coar:runs/ar` (an AR run directory or checkpoint)
 or `nce:runs/edlm/energy.pt`.
+
+Importing this package is light (the names below load on first use, PEP 562), so that `seqdiff --help`, whose
+command table names the EDLM commands, does not import torch.
 """
 
 from __future__ import annotations
 
-from seqdiff.checkpoint import CheckpointError
-from seqdiff.edlm.ar_energy import AREnergy
-from seqdiff.edlm.base import Energy, EnergyError
-from seqdiff.edlm.coar_energy import CarryOverAREnergy
-from seqdiff.edlm.nce_energy import NCEEnergy
+from importlib import import_module
 
-ENERGIES: dict[str, type[Energy]] = {cls.name: cls for cls in (AREnergy, CarryOverAREnergy, NCEEnergy)}
-
-
-def parse_energy_spec(spec: str) -> tuple[str, str]:
-    """'KIND:PATH' -> (kind, path), the kind checked against ENERGIES."""
-    kind, sep, path = spec.partition(":")
-    if not sep or not path:
-        raise EnergyError(f"--energy {spec!r}: expected KIND:PATH with KIND one of {sorted(ENERGIES)}")
-    if kind not in ENERGIES:
-        raise EnergyError(f"--energy {spec!r}: energy kind {kind!r} is unknown; choose one of {sorted(ENERGIES)}")
-    return kind, path
+_EXPORTS = {
+    "ENERGIES": "seqdiff.edlm.energies", "load_energy": "seqdiff.edlm.energies",
+    "parse_energy_spec": "seqdiff.edlm.energies", "Energy": "seqdiff.edlm.base", "EnergyError": "seqdiff.edlm.base",
+    "AREnergy": "seqdiff.edlm.ar_energy", "CarryOverAREnergy": "seqdiff.edlm.coar_energy",
+    "NCEEnergy": "seqdiff.edlm.nce_energy",
+}
 
 
-def load_energy(spec: str, mdlm, device: str = "cpu") -> Energy:
-    """The energy named by `spec` ('KIND:PATH') for the loaded MDLM `mdlm`."""
-    kind, path = parse_energy_spec(spec)
-    if mdlm.method.name != "mdlm":
-        raise EnergyError(f"EDLM reweights an MDLM denoiser; {mdlm.path} is a {mdlm.method.name!r} model")
-    try:
-        return ENERGIES[kind].load(path, mdlm, device)
-    except CheckpointError as e:
-        raise EnergyError(f"--energy {spec}: {e}") from e
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'seqdiff.edlm' has no attribute {name!r}")
+    return getattr(import_module(_EXPORTS[name]), name)
 
 
-__all__ = ["ENERGIES", "AREnergy", "CarryOverAREnergy", "Energy", "EnergyError", "NCEEnergy", "load_energy",
-           "parse_energy_spec"]
+__all__ = sorted(_EXPORTS)

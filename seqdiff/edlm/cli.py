@@ -12,16 +12,16 @@ import argparse
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
 from seqdiff.atomic import write_atomically
 from seqdiff.config import ConfigError
-from seqdiff.edlm.base import EnergyError
 
 
 @dataclass
 class EdlmEvalOptions:
     """edlm.*: `seqdiff edlm eval`, the NLL of an MDLM + energy."""
+    out_is_file: ClassVar[bool] = True  # `out` names a file: checked before any work (cli.resolve_options)
 
     energy: str | None = None
     """Required: the energy, KIND:PATH (ar:AR_RUN, coar:AR_RUN or nce:ENERGY.pt)."""
@@ -56,6 +56,7 @@ class EdlmEvalOptions:
 @dataclass
 class NCEOptions:
     """nce.*: `seqdiff edlm train-nce`, an NCE energy fitted against a frozen MDLM (seqdiff.edlm.nce_train)."""
+    out_is_file: ClassVar[bool] = True  # `out` names a file: checked before any work (cli.resolve_options)
 
     out: str | None = None
     """Required: file for the trained energy (e.g. runs/edlm/energy.pt)."""
@@ -91,6 +92,7 @@ class NCEOptions:
 
 def _data_tokens(o: EdlmEvalOptions | NCEOptions, model):
     from seqdiff.data.text import split_path
+    from seqdiff.edlm.base import EnergyError
     from seqdiff.evaluation.zeroshot import file_tokens
 
     if o.data:
@@ -139,6 +141,7 @@ def cmd_edlm_eval(args: argparse.Namespace) -> int:
 
 def cmd_edlm_train_nce(args: argparse.Namespace) -> int:
     from seqdiff.checkpoint import load_checkpoint
+    from seqdiff.edlm.base import EnergyError
     from seqdiff.edlm.nce_train import NCEConfig, train_nce
 
     o: NCEOptions = args.nce
