@@ -645,7 +645,8 @@ def _add_commands(sub, commands: dict[str, Command], prefix: str = "", path: lis
             continue
         rest = path[1:] if path is not None else None
         if command.subcommands:
-            _add_commands(p.add_subparsers(dest=f"{full.replace(' ', '_')}_command", required=True),
+            _add_commands(p.add_subparsers(dest=f"{full.replace(' ', '_')}_command", required=True,
+                                           metavar="{" + ",".join(command.subcommands) + "}"),
                           command.subcommands, full + " ", rest)
             continue
         if command.arguments is not None:
@@ -664,7 +665,9 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     """Every command's parser; given `argv`, only the command it names is built in full (see _add_commands)."""
     parser = _Parser(prog="seqdiff", description="Masked discrete diffusion language models.")
     path = list(itertools.takewhile(lambda a: not a.startswith("-"), argv)) if argv is not None else None
-    _add_commands(parser.add_subparsers(dest="command", required=True), _commands(), path=path)
+    commands = _commands()
+    _add_commands(parser.add_subparsers(dest="command", required=True, metavar="{" + ",".join(commands) + "}"),
+                  commands, path=path)
     return parser
 
 
