@@ -18,6 +18,7 @@ from seqdiff.config import ConfigError, DataConfig, FastaDataConfig, load_run_co
 from seqdiff.data import build_data_module, data_module_class
 from seqdiff.data import genome as G
 from seqdiff.data.fasta import FastaDataModule
+from seqdiff.sources import data_dir
 from seqdiff.tokenizers import NucleotideTokenizer, TokenizerError, load_tokenizer
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -354,12 +355,15 @@ def test_truncated_and_plain_gzip_files(gdir):
         G.fasta_tokens(cut, TOK)
     gz = gdir / "plain.fa.gz"
     gz.write_bytes(gzip.compress((gdir / f"{STEM}.fa").read_bytes()))
-    with pytest.raises(G.GenomeError, match=r"plain.fa.gz is gzip- but not bgzip-compressed.*bgzip_file"):
-        G.open_fasta(gz)
+    with pytest.raises(G.PlainGzip, match=r"plain.fa.gz is gzip- but not bgzip-compressed.*bgzip_file"):
+        G._open_indexed(gz)
     cutgz = gdir / "cut2.fa.gz"
     cutgz.write_bytes(gz.read_bytes()[:-1000])
     with pytest.raises(G.GenomeError, match=r"cut2.fa.gz is truncated"):
         G.fasta_tokens(cutgz, TOK)
+    with pytest.raises(G.GenomeError, match=r"cut2.fa.gz: the compressed file ends early"):
+        G.open_fasta(cutgz)  # the indexable copy stops at the cut, leaving nothing
+    assert not list((data_dir() / "fasta-indexable").glob("cut2*"))
     fixed = G.bgzip_file(gz, gdir / "fixed.fa.gz")
     assert G.open_fasta(fixed).lengths == G.open_fasta(gdir / f"{STEM}.fa").lengths
     with pytest.raises(G.GenomeError, match="does not exist"):
@@ -557,7 +561,7 @@ def test_a_fasta_with_uneven_lines_is_read_through_a_rewrapped_copy(gdir, tmp_pa
         G._open_indexed(path)
     with caplog.at_level(logging.WARNING):
         fasta = G.open_fasta(path)
-    copies = list((tmp_path / "data" / "fasta-rewrapped").glob("*.fa"))
+    copies = list((tmp_path / "data" / "fasta-indexable").glob("*.fa"))
     assert len(copies) == 1 and fasta.path == copies[0] and "lines vary in length" in caplog.text
     assert sorted(p.name for p in folder.iterdir()) == ["uneven.fa"]
     assert fasta.names == names
@@ -571,7 +575,25 @@ def test_a_fasta_with_uneven_lines_is_read_through_a_rewrapped_copy(gdir, tmp_pa
     path.write_bytes(path.read_bytes().replace(b"\r\n>", b"\r\nACGT\r\n>", 1))  # an edited file: a fresh copy
     os.utime(path, ns=(time.time_ns(), time.time_ns() + 10**9))
     assert G.open_fasta(path).length(names[0]) == len(seqs[names[0]]) + 4
-    assert len(list((tmp_path / "data" / "fasta-rewrapped").glob("*.fa"))) == 2
+    assert len(list((tmp_path / "data" / "fasta-indexable").glob("*.fa"))) == 2
+
+
+def test_a_plain_gzip_fasta_is_read_through_a_bgzip_copy(gdir, tmp_path, monkeypatch, caplog):
+    """UCSC ships hg19.fa.gz as plain gzip, which has no random access: a BGZF copy is written once under the
+    data directory and reads every base as the plain file does."""
+    monkeypatch.setenv("SEQDIFF_DATA", str(tmp_path / "data"))
+    gz = tmp_path / "hg.fa.gz"
+    gz.write_bytes(gzip.compress((gdir / f"{STEM}.fa").read_bytes()))
+    with caplog.at_level(logging.WARNING):
+        fasta = G.open_fasta(gz)
+    assert "not bgzip-compressed" in caplog.text and fasta.bgzf and fasta.path.parent.name == "fasta-indexable"
+    plain = G.open_fasta(gdir / f"{STEM}.fa")
+    assert fasta.lengths == plain.lengths
+    for name in plain.names:
+        size = plain.length(name)
+        np.testing.assert_array_equal(fasta.fetch(name, 0, size), plain.fetch(name, 0, size))
+    assert G.open_fasta(gz).path == fasta.path  # written once
+    assert sorted(p.name for p in tmp_path.glob("hg*")) == ["hg.fa.gz"]  # nothing beside the user's file
 
 
 def test_a_fasta_with_a_non_ascii_byte_names_its_line_and_column(tmp_path):

@@ -4,9 +4,10 @@ Design choices
 - pyfaidx reads plain and bgzip-compressed FASTA by random access (.fai, plus .gzi for bgzip). Missing
   indexes are built beside the file; present ones are checked against it (modification time, and the
   record boundaries the .fai claims), and a stale one is rebuilt or, where the folder is read-only,
-  refused with a message. A plain gzip file (no random access) and a truncated bgzip file are refused. A
-  file whose sequence lines vary in length (which pyfaidx cannot index) is read through a copy re-wrapped at
-  60 bases per line under the data directory (`rewrapped_copy`).
+  refused with a message. A truncated bgzip file is refused. A
+  plain gzip file or a file whose sequence lines vary in length (neither of which pyfaidx can index) is read
+  through a copy re-wrapped at 60 bases per line (BGZF when the file was compressed) under the data
+  directory (`indexable_copy`).
 - One pyfaidx handle per process: `FastaHandle` keeps the pid that opened it and reopens in a forked
   DataLoader worker (a handle shared across forks reads empty or garbled sequence).
 - Splits are lists of `Interval(chrom, start, end, split)`, 0-based and half-open: from a BED file in the
@@ -257,57 +258,85 @@ REWRAP_WIDTH = 60
 """Bases per line of a re-wrapped copy (the width of the UCSC and Ensembl FASTA files)."""
 
 
-def rewrapped_copy(path: Path) -> Path:
-    """A copy of `path` (plain / gzip / bgzip) with every record's bases in lines of REWRAP_WIDTH, for a FASTA
-    whose lines vary in length (random access needs one length per record). Written once, streamed, under the
-    data directory (`fasta-rewrapped/`), named by the file's path, size and modification time, so that an
-    edited file gets a fresh copy and the user's folder receives nothing but the index."""
+class PlainGzip(GenomeError):
+    """A gzip (not BGZF) file: its bytes cannot be reached by offset, so pyfaidx cannot read it."""
+
+
+def _rewrapped_chunks(path: Path, chunk_bytes: int = 1 << 20) -> Iterable[bytes]:
+    """The FASTA at `path` (plain / gzip / bgzip) with headers kept, comment lines dropped and each record's
+    bases (spaces and tabs removed) in lines of REWRAP_WIDTH, as chunks of about `chunk_bytes`."""
+    out, size, buffer = [], 0, bytearray()
+    for line in _fasta_lines(path):
+        line = line.rstrip(b"\r\n")
+        if line.startswith(b">"):
+            if buffer:
+                out.append(bytes(buffer) + b"\n")
+                buffer.clear()
+            out.append(line + b"\n")
+        elif not line.startswith(b";"):
+            buffer += line.replace(b" ", b"").replace(b"\t", b"")
+            full = len(buffer) - len(buffer) % REWRAP_WIDTH
+            out += [bytes(buffer[i:i + REWRAP_WIDTH]) + b"\n" for i in range(0, full, REWRAP_WIDTH)]
+            size += full
+            del buffer[:full]
+        if size >= chunk_bytes:
+            yield b"".join(out)
+            out, size = [], 0
+    if buffer:
+        out.append(bytes(buffer) + b"\n")
+    yield b"".join(out)
+
+
+def indexable_copy(path: Path, reason: str) -> Path:
+    """A copy of `path` that pyfaidx can index: every record's bases in lines of REWRAP_WIDTH, BGZF-compressed
+    when the file was compressed (plain otherwise). For a FASTA whose lines vary in length, or a plain gzip
+    file (as UCSC ships hg19.fa.gz). Written once, streamed, under the data directory (`fasta-indexable/`),
+    named by the file's path, size and modification time, so that an edited file gets a fresh copy and the
+    user's folder receives nothing."""
     import hashlib
 
     from seqdiff.sources import data_dir
 
     stat = path.stat()
     key = hashlib.sha256(f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}".encode()).hexdigest()[:16]
-    stem = re.sub(r"(\.gz|\.bgz)$", "", path.name)
-    out = data_dir() / "fasta-rewrapped" / f"{Path(stem).stem}-{key}.fa"
+    compressed = compression(path) != "plain"
+    stem = Path(re.sub(r"\.(gz|bgz)$", "", path.name)).stem
+    out = data_dir() / "fasta-indexable" / f"{stem}-{key}.fa{'.gz' if compressed else ''}"
     if out.is_file():
         return out
-    log.warning("%s: its sequence lines vary in length, which indexed (random) access cannot read; writing a "
-                "copy with %d bases per line to %s (once)", path, REWRAP_WIDTH, out)
+    log.warning("%s: %s; writing a copy that can be indexed (%d bases per line%s) to %s, once", path, reason,
+                REWRAP_WIDTH, ", bgzip" if compressed else "", out)
 
-    def write(f) -> None:
-        buffer = bytearray()
-        for line in _fasta_lines(path):
-            line = line.rstrip(b"\r\n")
-            if line.startswith(b">"):
-                if buffer:
-                    f.write(bytes(buffer) + b"\n")
-                    buffer.clear()
-                f.write(line + b"\n")
-            elif not line.startswith(b";"):
-                buffer += line.replace(b" ", b"").replace(b"\t", b"")
-                full = len(buffer) - len(buffer) % REWRAP_WIDTH
-                for i in range(0, full, REWRAP_WIDTH):
-                    f.write(bytes(buffer[i:i + REWRAP_WIDTH]) + b"\n")
-                del buffer[:full]
-        if buffer:
-            f.write(bytes(buffer) + b"\n")
+    def write(sink) -> None:
+        if compressed:
+            from Bio import bgzf
+
+            with bgzf.BgzfWriter(fileobj=sink) as f:
+                for chunk in _rewrapped_chunks(path):
+                    f.write(chunk)
+        else:
+            for chunk in _rewrapped_chunks(path):
+                sink.write(chunk)
 
     try:
-        atomic_write(out, write, "re-wrapped FASTA")
+        atomic_write(out, write, "indexable FASTA copy")
     except (EOFError, zlib.error) as e:
         raise GenomeError(f"{path}: the compressed file ends early or is damaged ({e}); is it truncated?") from e
     return out
 
 
 def open_fasta(path: str | Path) -> FastaHandle:
-    """Open (and index when needed) a plain or bgzip FASTA; refuses gzip, truncated files and bad indexes. A
-    FASTA whose lines vary in length is read through a re-wrapped copy (`rewrapped_copy`)."""
+    """Open (and index when needed) a plain or bgzip FASTA; refuses truncated files and bad indexes. A plain
+    gzip file, or a FASTA whose lines vary in length, is read through an indexable copy (`indexable_copy`)."""
     path = Path(os.path.expandvars(str(path))).expanduser()  # recipes may say ~/... or $SEQDIFF_DATA/...
     try:
         return _open_indexed(path)
+    except PlainGzip:
+        return _open_indexed(indexable_copy(path, "it is gzip- but not bgzip-compressed, so it has no random "
+                                                  "access"))
     except UnevenLines:
-        return _open_indexed(rewrapped_copy(path))
+        return _open_indexed(indexable_copy(path, "its sequence lines vary in length, which indexed (random) "
+                                                  "access cannot read"))
 
 
 def _open_indexed(path: Path) -> FastaHandle:
@@ -315,7 +344,7 @@ def _open_indexed(path: Path) -> FastaHandle:
         raise GenomeError(f"FASTA file {path} " + ("is a directory" if path.is_dir() else "does not exist"))
     kind = compression(path)
     if kind == "gzip":
-        raise GenomeError(f"{path} is gzip- but not bgzip-compressed, so it has no random access: {_gzip_hint(path)}")
+        raise PlainGzip(f"{path} is gzip- but not bgzip-compressed, so it has no random access: {_gzip_hint(path)}")
     bgzf = kind == "bgzf"
     if bgzf:
         with open(path, "rb") as f:
