@@ -311,7 +311,7 @@ def indexable_copy(path: Path, reason: str) -> Path:
         if compressed:
             from Bio import bgzf
 
-            with bgzf.BgzfWriter(fileobj=sink) as f:
+            with bgzf.BgzfWriter(fileobj=sink, compresslevel=1) as f:  # 7.6x faster than 6, 12% larger
                 for chunk in _rewrapped_chunks(path):
                     f.write(chunk)
         else:
