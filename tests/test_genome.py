@@ -370,17 +370,27 @@ def test_truncated_and_plain_gzip_files(gdir):
         G.open_fasta(gdir / "nope.fa")
 
 
-def test_missing_index_in_a_read_only_folder_is_refused(gdir, monkeypatch):
+def test_a_fasta_in_a_read_only_folder_is_indexed_under_the_data_directory(gdir, tmp_path, monkeypatch):
+    """A shared genome in a folder this user cannot write (and without an index beside it): the .fai / .gzi go
+    under the data directory, named by the file, and every base reads as with an index beside the file."""
+    monkeypatch.setenv("SEQDIFF_DATA", str(tmp_path / "data"))
+    beside = G.open_fasta(gdir / f"{STEM}.fa.gz")
     for p in (f"{STEM}.fa.gz.fai", f"{STEM}.fa.gz.gzi"):
         (gdir / p).unlink()
     monkeypatch.setattr(G.os, "access", lambda *a, **k: False)
-    with pytest.raises(G.GenomeError, match=r"slices.fa.gz has no .*fa.gz.fai, .*fa.gz.gzi index and its folder is "
-                                            r"not writable"):
-        G.open_fasta(gdir / f"{STEM}.fa.gz")
-    assert not (gdir / f"{STEM}.fa.gz.fai").exists()
+    fasta = G.open_fasta(gdir / f"{STEM}.fa.gz")
+    assert not (gdir / f"{STEM}.fa.gz.fai").exists() and not (gdir / f"{STEM}.fa.gz.gzi").exists()
+    assert fasta.index_base.parent.parent == tmp_path / "data" / "fasta-index"
+    assert Path(f"{fasta.index_base}.fai").is_file() and Path(f"{fasta.index_base}.gzi").is_file()
+    assert fasta.lengths == beside.lengths
+    for name in fasta.names:
+        size = fasta.length(name)
+        np.testing.assert_array_equal(fasta.fetch(name, size // 3, size), beside.fetch(name, size // 3, size))
+    fasta._faidx = None  # a forked worker reopens with the same private index
+    assert fasta.sequence(N_RECORD, 5_000, 5_010) == beside.sequence(N_RECORD, 5_000, 5_010)
 
 
-def test_stale_index_is_rebuilt_or_refused(gdir, caplog, monkeypatch):
+def test_a_stale_or_wrong_index_is_rebuilt_beside_the_file_or_privately(gdir, caplog, monkeypatch):
     seqs = records(gdir / f"{STEM}.fa")
     path = write_fasta(gdir / "s.fa", {"a": seqs[PLAIN_RECORDS[0]][:5_000], "b": seqs[PLAIN_RECORDS[1]][:3_000]})
     G.open_fasta(path)
@@ -399,11 +409,23 @@ def test_stale_index_is_rebuilt_or_refused(gdir, caplog, monkeypatch):
     with caplog.at_level(logging.WARNING, logger="seqdiff.data.genome"):
         fasta = G.open_fasta(path)
     assert fasta.lengths["a"] == 7_000 and "does not match" in caplog.text and "longer than" in caplog.text
-    # 3. the same in a folder that cannot be written: refused with a message
-    fai.write_text(fai.read_text().replace("a\t7000", "a\t6000"))
+    # 3. the same in a folder that cannot be written: indexed afresh under the data directory, the wrong index
+    # beside the file left alone
+    wrong = fai.read_text().replace("a\t7000", "a\t6000")
+    fai.write_text(wrong)
     monkeypatch.setattr(G.os, "access", lambda *a, **k: False)
-    with pytest.raises(G.GenomeError, match=r"s.fa.fai does not match .*s.fa \(record a is longer.*read-only"):
-        G.open_fasta(path)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="seqdiff.data.genome"):
+        fasta = G.open_fasta(path)
+    assert fasta.lengths == {"a": 7_000, "b": 3_000} and fasta.index_base != path and fai.read_text() == wrong
+    assert "does not match it (record a is longer" in caplog.text and "read-only" in caplog.text
+    # 4. a right index beside a file in a read-only folder is used, even when older than the file
+    fai.unlink()
+    monkeypatch.undo()
+    G.open_fasta(path)
+    os.utime(fai, (old, old))
+    monkeypatch.setattr(G.os, "access", lambda *a, **k: False)
+    assert G.open_fasta(path).index_base == path
 
 
 # ---------------------------------------------------------------------------------------------- tokenizer

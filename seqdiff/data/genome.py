@@ -3,11 +3,11 @@
 Design choices
 - pyfaidx reads plain and bgzip-compressed FASTA by random access (.fai, plus .gzi for bgzip). Missing
   indexes are built beside the file; present ones are checked against it (modification time, and the
-  record boundaries the .fai claims), and a stale one is rebuilt or, where the folder is read-only,
-  refused with a message. A truncated bgzip file is refused. A
-  plain gzip file or a file whose sequence lines vary in length (neither of which pyfaidx can index) is read
-  through a copy re-wrapped at 60 bases per line (BGZF when the file was compressed) under the data
-  directory (`indexable_copy`).
+  record boundaries the .fai claims) and rebuilt when stale. In a folder this user cannot write, a right
+  index beside the file is used, else one is built under the data directory (`fasta-index/`). A truncated
+  bgzip file is refused. A plain gzip file or a file whose sequence lines vary in length (neither of which
+  pyfaidx can index) is read through a copy re-wrapped at 60 bases per line (BGZF when the file was
+  compressed) under the data directory (`indexable_copy`).
 - One pyfaidx handle per process: `FastaHandle` keeps the pid that opened it and reopens in a forked
   DataLoader worker (a handle shared across forks reads empty or garbled sequence).
 - Splits are lists of `Interval(chrom, start, end, split)`, 0-based and half-open: from a BED file in the
@@ -136,12 +136,12 @@ def _gzip_hint(path: Path) -> str:
 class _RawReader:
     """Bytes of the uncompressed FASTA at any offset (plain seek, or BGZF virtual offsets from the .gzi)."""
 
-    def __init__(self, path: Path, bgzf: bool):
+    def __init__(self, path: Path, bgzf: bool, index_base: Path | None = None):
         self.bgzf = bgzf
         if bgzf:
             from Bio import bgzf as biobgzf
 
-            data = Path(str(path) + ".gzi").read_bytes()
+            data = Path(str(index_base or path) + ".gzi").read_bytes()
             (n,) = struct.unpack_from("<Q", data, 0)
             pairs = np.frombuffer(data, dtype="<u8", count=2 * n, offset=8).reshape(n, 2)
             self.cstarts = [0] + pairs[:, 0].tolist()
@@ -165,7 +165,7 @@ class _RawReader:
         self.file.close()
 
 
-def _index_problem(path: Path, faidx, bgzf: bool, max_checked: int = 2000) -> str | None:
+def _index_problem(path: Path, faidx, bgzf: bool, index_base: Path, max_checked: int = 2000) -> str | None:
     """Why the .fai (and .gzi) disagree with the FASTA, or None: each record must start right after its
     header line and end exactly where the index says (checked on up to `max_checked` records)."""
     records = list(faidx.index.items())
@@ -174,7 +174,7 @@ def _index_problem(path: Path, faidx, bgzf: bool, max_checked: int = 2000) -> st
     if len(records) > max_checked:
         records = records[: max_checked // 2] + records[-max_checked // 2:]
     try:
-        reader = _RawReader(path, bgzf)
+        reader = _RawReader(path, bgzf, index_base)
     except (OSError, ValueError, struct.error) as e:
         return f"the index cannot be read ({e})"
     try:
@@ -205,12 +205,15 @@ class UnevenLines(GenomeError):
     """pyfaidx needs every sequence line of a record to have one length (random access computes offsets)."""
 
 
-def _open_faidx(path: Path, rebuild: bool = True):
+def _open_faidx(path: Path, index_base: Path, rebuild: bool = True):
+    """pyfaidx's handle of `path`, its index at `index_base`.fai (and .gzi): beside the file, or under the data
+    directory for a file in a read-only folder (`_private_index_base`)."""
     import pyfaidx
 
     try:
         return pyfaidx.Faidx(str(path), as_raw=True, rebuild=rebuild, build_index=rebuild,
-                             sequence_always_upper=False)
+                             sequence_always_upper=False, indexname=f"{index_base}.fai",
+                             gzi_indexname=f"{index_base}.gzi")
     except pyfaidx.FastaIndexingError as e:
         kind = UnevenLines if "not consistent" in str(e) else GenomeError
         raise kind(f"{path}: not a FASTA file pyfaidx can index: {e}") from e
@@ -226,13 +229,35 @@ def _open_faidx(path: Path, rebuild: bool = True):
         raise GenomeError(f"{path}: cannot open or index it ({e})") from e
 
 
-def _index_state(path: Path, bgzf: bool) -> tuple[list[Path], list[Path]]:
+def _index_files(index_base: Path, bgzf: bool) -> list[Path]:
+    return [Path(f"{index_base}.fai")] + ([Path(f"{index_base}.gzi")] if bgzf else [])
+
+
+def _index_state(path: Path, bgzf: bool, index_base: Path) -> tuple[list[Path], list[Path]]:
     """(missing, stale) index files: stale = older than the FASTA."""
-    indexes = [Path(str(path) + ".fai")] + ([Path(str(path) + ".gzi")] if bgzf else [])
+    indexes = _index_files(index_base, bgzf)
     missing = [p for p in indexes if not p.exists()]
     mtime = path.stat().st_mtime
     stale = [p for p in indexes if p.exists() and p.stat().st_mtime < mtime]
     return missing, stale
+
+
+def _file_key(path: Path) -> str:
+    """A name for what `path` holds now: its resolved path, size and modification time, hashed."""
+    import hashlib
+
+    stat = path.stat()
+    return hashlib.sha256(f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}".encode()).hexdigest()[:16]
+
+
+def _private_index_base(path: Path) -> Path:
+    """Where the index of a FASTA in a read-only folder goes: under the data directory (`fasta-index/`), named by
+    the file's path, size and modification time, so that an edited file is indexed afresh."""
+    from seqdiff.sources import data_dir
+
+    folder = data_dir() / "fasta-index" / f"{path.name}-{_file_key(path)}"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder / path.name
 
 
 def _fasta_lines(path: Path) -> Iterable[bytes]:
@@ -293,15 +318,11 @@ def indexable_copy(path: Path, reason: str) -> Path:
     file (as UCSC ships hg19.fa.gz). Written once, streamed, under the data directory (`fasta-indexable/`),
     named by the file's path, size and modification time, so that an edited file gets a fresh copy and the
     user's folder receives nothing."""
-    import hashlib
-
     from seqdiff.sources import data_dir
 
-    stat = path.stat()
-    key = hashlib.sha256(f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}".encode()).hexdigest()[:16]
     compressed = compression(path) != "plain"
     stem = Path(re.sub(r"\.(gz|bgz)$", "", path.name)).stem
-    out = data_dir() / "fasta-indexable" / f"{stem}-{key}.fa{'.gz' if compressed else ''}"
+    out = data_dir() / "fasta-indexable" / f"{stem}-{_file_key(path)}.fa{'.gz' if compressed else ''}"
     if out.is_file():
         return out
     log.warning("%s: %s; writing a copy that can be indexed (%d bases per line%s) to %s, once", path, reason,
@@ -339,6 +360,50 @@ def open_fasta(path: str | Path) -> FastaHandle:
                                                   "access cannot read"))
 
 
+def _checked_index_beside(path: Path, bgzf: bool):
+    """pyfaidx's handle of a FASTA in a read-only folder when the index beside it is complete and agrees with the
+    file (it may be older than the file: a copy can reset times), else None: the index is then built under the
+    data directory."""
+    missing, stale = _index_state(path, bgzf, path)
+    if missing:
+        return None
+    try:
+        faidx = _open_faidx(path, path, rebuild=False)
+    except GenomeError:
+        return None
+    problem = _index_problem(path, faidx, bgzf, path)
+    if problem is None:
+        return faidx
+    faidx.close()
+    log.warning("%s: the index beside it does not match it (%s) and the folder is read-only: indexing it under "
+                "the data directory", path, problem)
+    return None
+
+
+def _open_built_index(path: Path, bgzf: bool, base: Path):
+    """pyfaidx's handle with the index at `base` (a writable place): built when missing, rebuilt when older than
+    the file or when it disagrees with the file."""
+    missing, stale = _index_state(path, bgzf, base)
+    if stale:
+        log.warning("%s: %s older than the FASTA: rebuilding", path, " and ".join(p.name for p in stale))
+        for p in stale:
+            p.unlink()
+    faidx = _open_faidx(path, base)
+    problem = _index_problem(path, faidx, bgzf, base)
+    if problem is not None:
+        faidx.close()
+        log.warning("%s.fai does not match %s (%s): rebuilding the index", base, path, problem)
+        for p in _index_files(base, bgzf):
+            p.unlink(missing_ok=True)
+        faidx = _open_faidx(path, base)
+        problem = _index_problem(path, faidx, bgzf, base)
+        if problem is not None:
+            faidx.close()
+            raise GenomeError(f"{path}: an index rebuilt from the file still disagrees with it ({problem}); the "
+                              f"file is damaged")
+    return faidx
+
+
 def _open_indexed(path: Path) -> FastaHandle:
     if not path.is_file():
         raise GenomeError(f"FASTA file {path} " + ("is a directory" if path.is_dir() else "does not exist"))
@@ -352,38 +417,14 @@ def _open_indexed(path: Path) -> FastaHandle:
             if f.read() != BGZF_EOF:
                 raise GenomeError(f"{path} is truncated: the BGZF end-of-file block is missing (download or "
                                   f"compress it again)")
-    writable = os.access(path.parent, os.W_OK)
-    missing, stale = _index_state(path, bgzf)
-    if missing and not writable:
-        raise GenomeError(f"{path} has no {', '.join(p.name for p in missing)} index and its folder is not "
-                          f"writable: index it elsewhere (`samtools faidx`) or copy it to a writable folder")
-    if stale:
-        if writable:
-            log.warning("%s: %s older than the FASTA: rebuilding", path, " and ".join(p.name for p in stale))
-            for p in stale:
-                p.unlink()
-        else:
-            log.warning("%s: %s older than the FASTA in a read-only folder: checking it against the file",
-                        path, " and ".join(p.name for p in stale))
-    faidx = _open_faidx(path, rebuild=writable)
-    problem = _index_problem(path, faidx, bgzf)
-    if problem is not None:
-        faidx.close()
-        fai = Path(str(path) + ".fai")
-        if not writable:
-            raise GenomeError(f"{fai} does not match {path} ({problem}), and the folder is read-only: rebuild the "
-                              f"index (`samtools faidx {path}`) or copy the FASTA to a writable folder")
-        log.warning("%s does not match %s (%s): rebuilding the index", fai, path, problem)
-        for p in [fai, Path(str(path) + ".gzi")] if bgzf else [fai]:
-            p.unlink(missing_ok=True)
-        faidx = _open_faidx(path)
-        problem = _index_problem(path, faidx, bgzf)
-        if problem is not None:
-            faidx.close()
-            raise GenomeError(f"{path}: an index rebuilt from the file still disagrees with it ({problem}); the "
-                              f"file is damaged")
+    base, faidx = path, None
+    if not os.access(path.parent, os.W_OK):  # the index beside the file if it is there and right, else a private one
+        faidx = _checked_index_beside(path, bgzf)
+        base = path if faidx is not None else _private_index_base(path)
+    if faidx is None:
+        faidx = _open_built_index(path, bgzf, base)
     lengths = {name: int(rec.rlen) for name, rec in faidx.index.items()}
-    handle = FastaHandle(path, lengths, bgzf)
+    handle = FastaHandle(path, lengths, bgzf, base)
     handle._faidx, handle._pid = faidx, os.getpid()
     return handle
 
@@ -391,8 +432,9 @@ def _open_indexed(path: Path) -> FastaHandle:
 class FastaHandle:
     """Random access to an indexed FASTA, with one pyfaidx handle per process (reopened after a fork)."""
 
-    def __init__(self, path: str | Path, lengths: dict[str, int], bgzf: bool):
+    def __init__(self, path: str | Path, lengths: dict[str, int], bgzf: bool, index_base: Path | None = None):
         self.path = Path(path)
+        self.index_base = Path(index_base) if index_base is not None else self.path
         self.lengths = dict(lengths)
         self.bgzf = bgzf
         self._faidx = None
@@ -410,7 +452,7 @@ class FastaHandle:
 
     def _handle(self):
         if self._pid != os.getpid() or self._faidx is None:
-            self._faidx = _open_faidx(self.path, rebuild=False)  # the index was built by open_fasta
+            self._faidx = _open_faidx(self.path, self.index_base, rebuild=False)  # built by open_fasta
             self._pid = os.getpid()
         return self._faidx
 
