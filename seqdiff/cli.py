@@ -22,6 +22,7 @@ import dataclasses
 import itertools
 import json
 import logging
+import os
 import re
 import sys
 import typing
@@ -734,10 +735,36 @@ def resolve_options(args: argparse.Namespace) -> None:
     saved = saved_section(args.checkpoint, section) if hasattr(args, "checkpoint") else None
     options = resolve(section, cls, args, saved)
     if getattr(cls, "out_is_file", False) and getattr(options, "out", None):
-        from seqdiff.safe_io import check_output_file
-
-        check_output_file(options.out, f"{section}.out")  # a folder or an unwritable place: refused before any work
+        _check_out(options, section, getattr(args, "checkpoint", None))
     setattr(args, section, options)
+
+
+def _check_out(options: typing.Any, section: str, checkpoint: str | None) -> None:
+    """Refuse, before any work, an `out` that cannot become a file (a folder, an unwritable place), that is one
+    of the command's own inputs (the checkpoint, --fasta, --variants, --data, ...) or that is part of a run
+    directory (its checkpoints, logs, config.yaml)."""
+    from seqdiff.run_layout import run_file_written_over
+    from seqdiff.safe_io import WriteError, check_output_file
+
+    what = f"{section}.out"
+    out = check_output_file(options.out, what)
+    why = run_file_written_over(out)
+    if why is not None:
+        raise WriteError(f"{what} {out}: {why}; writing there would replace the run's own file, name another file")
+    inputs = [("the checkpoint", checkpoint)] if checkpoint else []
+    for f in dataclasses.fields(options):
+        value = getattr(options, f.name)
+        if f.name != "out":
+            inputs += [(f"{section}.{f.name}", v) for v in (value if isinstance(value, list) else [value])
+                       if isinstance(v, str)]
+    for name, value in inputs:
+        for candidate in {value, value.partition(":")[2]} - {""}:  # data:PATH, ar:RUN, nce:ENERGY.pt
+            path = Path(candidate).expanduser()
+            if path.is_dir() and name == "the checkpoint":
+                path = path / "checkpoints" / "last.ckpt"
+            if path.is_file() and out.is_file() and os.path.samefile(path, out):
+                raise WriteError(f"{what} {out} is a file this command reads ({name} {value}); writing the "
+                                 f"output there would destroy it, name another file")
 
 
 class _DropLightningTips(logging.Filter):

@@ -152,6 +152,40 @@ def test_an_out_file_that_cannot_be_written_is_refused_before_any_work(argv, tmp
     assert o.out == str(tmp_path / "new" / "out.txt") and not (tmp_path / "new").exists()  # nothing created yet
 
 
+def test_an_out_file_that_is_an_input_or_part_of_a_run_is_refused_before_any_work(saved_run, tmp_path, capsys):
+    """--out naming the checkpoint, a file the command reads (--fasta, --variants, --data, --infill-file) or a
+    run's own file (checkpoints/, logs/, config.yaml) fails in one line and leaves the file as it was; the run's
+    eval/ folder and a new file beside the run's files are allowed."""
+    ckpt = saved_run / "checkpoints" / "last.ckpt"
+    ckpt.write_bytes(b"weights")
+    loose = tmp_path / "model.ckpt"
+    loose.write_bytes(b"weights")
+    fasta, variants, text = tmp_path / "ref.fa", tmp_path / "v.tsv", tmp_path / "valid.txt"
+    for f in (fasta, variants, text):
+        f.write_text("keep\n")
+    cases = [(["sample", str(saved_run), "--out", str(ckpt)], "lies in the checkpoints/ folder of the run"),
+             (["eval", str(ckpt), "--out", str(saved_run / "config.yaml")], "is the config.yaml of the run"),
+             (["eval", str(saved_run), "--out", str(saved_run / "logs" / "m.json")], "lies in the logs/ folder"),
+             (["eval", str(saved_run), "--data", str(text), "--out", str(text)],
+              "is a file this command reads (eval.sources data:"),
+             (["score", str(saved_run), "--fasta", str(fasta), "--variants", str(variants), "--out", str(variants)],
+              "is a file this command reads (score.variants"),
+             (["score", str(saved_run), "--fasta", str(fasta), "--out", str(fasta)], "(score.fasta "),
+             (["sample", str(saved_run), "--infill-file", str(text), "--out", str(text)], "(sample.infill_file "),
+             (["sample", str(loose), "--out", str(loose)], "reads (the checkpoint "),
+             (["sample", str(ckpt), "--out", str(tmp_path / "elsewhere" / ".." / "run" / "checkpoints" / "x.ckpt")],
+              "lies in the checkpoints/ folder")]
+    for argv, message in cases:
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert message in err and err.count("\n") == 1, err
+    assert ckpt.read_bytes() == loose.read_bytes() == b"weights"
+    assert all(f.read_text() == "keep\n" for f in (fasta, variants, text))
+    for out in (saved_run / "eval" / "test.json", saved_run / "samples.txt", tmp_path / "other.txt"):
+        o, _ = options(["eval", str(saved_run), "--out", str(out)])
+        assert o.out == str(out)
+
+
 @pytest.mark.parametrize("argv,message", [
     (["sample", "RUN", "sample.stepz=3"], r"unknown config key sample\.stepz; allowed keys: \[.*'steps'"),
     (["sample", "RUN", "model.hidden_size=8"], r"model.hidden_size=8.*takes sample\.KEY=VALUE"),

@@ -196,6 +196,12 @@ def test_cli_export_and_bad_input(runs, exported, tmp_path, capsys):
 
     assert "--overwrite" in error(["export", str(runs / "ar"), str(out)])
     assert main(["export", str(runs / "ar"), str(out), "--overwrite"]) == 0
+    # --overwrite replaces an earlier export, never a folder of other files
+    other = tmp_path / "my-files"
+    other.mkdir()
+    (other / "thesis.tex").write_text("keep")
+    assert "is not a seqdiff export" in error(["export", str(runs / "ar"), str(other), "--overwrite"])
+    assert [p.name for p in other.iterdir()] == ["thesis.tex"]
     # a checkpoint without a tokenizer
     ckpt = torch.load(runs / "mdlm" / "checkpoints" / "last.ckpt", weights_only=False)
     del ckpt["hyper_parameters"]["tokenizer"]
@@ -237,7 +243,7 @@ def test_auto_tokenizer_loads_the_exported_directory(runs, exported):
     from seqdiff.checkpoint import load_checkpoint
 
     for method in ("mdlm", "ar"):
-        hf = AutoTokenizer.from_pretrained(str(exported[method]))
+        hf = AutoTokenizer.from_pretrained(str(exported[method]), trust_remote_code=False)  # as docs/export.md
         tok = load_checkpoint(exported[method]).tokenizer
         text = Path(FIXTURE).read_text()[:5_000]
         assert hf(text)["input_ids"] == tok.encode(text).tolist()

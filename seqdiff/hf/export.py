@@ -27,6 +27,7 @@ export never leaves a half-written OUT_DIR.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -34,8 +35,9 @@ import torch
 
 from seqdiff.backbones.wise_ft import wise_ft
 from seqdiff.checkpoint import (
+    EXPORT_CONFIG,
+    EXPORT_MODEL_TYPE,
     EXPORT_WEIGHTS,
-    LAST_CHECKPOINT,
     CheckpointError,
     LoadedModel,
     is_exported_dir,
@@ -45,6 +47,7 @@ from seqdiff.checkpoint import (
 )
 from seqdiff.config import ConfigError, DataConfig, MethodConfig, ModelConfig, to_dict
 from seqdiff.hf.tokenizer_json import write_hf_tokenizer
+from seqdiff.run_layout import RUN_OWN_FOLDERS, run_root
 from seqdiff.safe_io import atomic_directory
 from seqdiff.tokenizers.base import Tokenizer
 
@@ -140,24 +143,11 @@ def write_export(out_dir: str | Path, state_dict: dict[str, torch.Tensor], model
     return out
 
 
-RUN_OWN_FOLDERS = ("checkpoints", "logs", "eval", "wandb")
-"""Folders of a run directory that `seqdiff train` / `eval` write: an export never goes into or over them."""
-
-
-def _run_root(path: Path) -> Path | None:
-    """The run directory `path` lies in (or is): a folder with checkpoints/ and config.yaml or a last.ckpt."""
-    for folder in (path, *path.parents):
-        if (folder / "checkpoints").is_dir() and ((folder / "config.yaml").is_file()
-                                                  or (folder / LAST_CHECKPOINT).is_file()):
-            return folder
-    return None
-
-
 def _check_destination(out: Path, overwrite: bool, source: Path | None) -> None:
     if out.exists() and not out.is_dir():
         raise ExportError(f"{out} exists and is not a directory")
     resolved = out.expanduser().resolve()
-    run = _run_root(resolved)
+    run = run_root(resolved)
     if run is not None:
         inside = resolved.relative_to(run).parts
         if not inside or inside[0] in RUN_OWN_FOLDERS:
@@ -168,8 +158,23 @@ def _check_destination(out: Path, overwrite: bool, source: Path | None) -> None:
         src, dst = source.resolve(), out.resolve()
         if src == dst or dst in src.parents:
             raise ExportError(f"{out} holds the checkpoint being exported; choose another output directory")
-    if out.is_dir() and any(out.iterdir()) and not overwrite:
-        raise ExportError(f"{out} already exists and is not empty; choose another directory or pass --overwrite")
+    if out.is_dir() and any(out.iterdir()):
+        if not overwrite:
+            raise ExportError(f"{out} already exists and is not empty; choose another directory or pass --overwrite")
+        if not _is_seqdiff_export(out):  # --overwrite replaces the whole folder: never someone's other files
+            raise ExportError(f"{out} is not a seqdiff export (no {EXPORT_CONFIG} with model_type "
+                              f"{EXPORT_MODEL_TYPE!r} and {EXPORT_WEIGHTS}): --overwrite only replaces an earlier "
+                              f"export; choose another directory")
+
+
+def _is_seqdiff_export(folder: Path) -> bool:
+    """Whether `folder` is what an earlier export wrote (its config.json names model_type seqdiff)."""
+    if not is_exported_dir(folder):
+        return False
+    try:
+        return json.loads((folder / EXPORT_CONFIG).read_text()).get("model_type") == EXPORT_MODEL_TYPE
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 __all__ = ["AUTO_MAP", "ExportError", "export_checkpoint", "export_model", "hf_config", "write_export"]
