@@ -53,6 +53,56 @@ def test_padded_blocks_truncate_and_mask_padding():
     assert scored.sum() == 5 and not scored[0, 5:].any()  # padding never scored
 
 
+@pytest.mark.parametrize("use_cache", [False, True])
+def test_padded_truncation_says_what_share_of_tokens_is_lost(tmp_path, monkeypatch, capsys, use_cache):
+    """One document per line read as paragraphs (no blank lines): the whole file is one document, padded mode
+    keeps seq_len - 2 of its tokens, and the message says so and names documents=lines; with documents=lines
+    nothing is lost and nothing is printed. The cache (streaming builder) reports the same."""
+    monkeypatch.setenv("SEQDIFF_DATA", str(tmp_path / "data"))
+    path = tmp_path / "lines.txt"
+    path.write_text("".join(f"review number {i} was good\n" for i in range(200)))
+    tokens = len(CharTokenizer().encode(path.read_text()))
+
+    def message(documents):
+        text = TextDataConfig(block_mode="padded", documents=documents, cache=use_cache)
+        cfg = DataConfig(train_file=str(path), valid_file=str(path), test_file=str(path), seq_len=32, text=text)
+        TextDataModule(cfg, CharTokenizer()).split_arrays("train")
+        return capsys.readouterr().err
+
+    err = message("paragraphs")
+    assert f"1 of 1 train documents truncated to data.seq_len=32: {1 - 30 / tokens:.1%} of the split's" in err
+    assert "data.text.documents=lines" in err and err.count("\n") == 1
+    assert message("lines") == ""
+
+
+def test_text_mostly_outside_a_text8_alphabet_is_announced(tmp_path, capsys):
+    """A text8 character model reads Chinese (or a table of numbers) as runs of spaces: training or scoring on
+    it says so, naming the file; English with digits and punctuation does not, nor does a tokenizer that
+    encodes every character."""
+    from seqdiff.evaluation.zeroshot import file_tokens
+
+    chinese, english = tmp_path / "zh.txt", tmp_path / "en.txt"
+    chinese.write_text("\n\n".join(["机器学习是人工智能的一个分支 (2024)。"] * 50))
+    english.write_text("\n\n".join(["It was 1984, and the clocks struck thirteen."] * 50))
+    assert CharTokenizer().outside_share("ab, 12") == pytest.approx(3 / 5)  # a b , 1 2: three of five visible
+    for mode in ("stream", "padded"):
+        for path, warned in ((chinese, True), (english, False)):
+            cfg = DataConfig(train_file=str(path), valid_file=str(path), test_file=str(path), seq_len=16,
+                             text=TextDataConfig(block_mode=mode, cache=False))
+            TextDataModule(cfg, CharTokenizer()).split_arrays("test")
+            err = capsys.readouterr().err
+            assert (f"{path}: " in err and "outside the model's alphabet (abcdefghijklmnopqrstuvwxyz)" in err) == \
+                warned, err
+    file_tokens(chinese, CharTokenizer())
+    assert "outside the model's alphabet" in capsys.readouterr().err
+    numbers = tmp_path / "numbers.txt"
+    numbers.write_text("".join(f"{i}, {i * i}\n" for i in range(300)))
+    file_tokens(numbers, CharTokenizer())
+    assert f"{numbers}: 100% of its non-space" in capsys.readouterr().err
+    file_tokens(numbers, CharTokenizer(alphabet="0123456789, \n", normalize="none"))  # encodes every character
+    assert capsys.readouterr().err == ""
+
+
 @pytest.mark.parametrize("mode", ["wrapped", "padded"])
 def test_block_batches_are_step_indexed_and_rank_sliced(mode):
     docs = _docs(np.random.default_rng(1), n=40)

@@ -356,10 +356,13 @@ class PaddedPacker:
     def __init__(self, seq_len: int, bos_id: int, eos_id: int, pad_id: int):
         self.seq_len, self.bos, self.eos, self.pad = seq_len, bos_id, eos_id, pad_id
         self.truncated = 0
+        self.tokens = self.dropped = 0  # document tokens seen / cut off: what the truncation message reports
 
     def add(self, doc: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        self.tokens += len(doc)
         if len(doc) > self.seq_len - 2:
             self.truncated += 1
+            self.dropped += len(doc) - (self.seq_len - 2)
             doc = doc[: self.seq_len - 2]
         row = np.full((1, self.seq_len), self.pad, dtype=np.int32)
         row[0, 0], row[0, 1 : 1 + len(doc)], row[0, 1 + len(doc)] = self.bos, doc, self.eos
@@ -452,4 +455,7 @@ def _build_blocks(source, tokenizer, config, folder, chunk_chars, read_bytes, wo
     write(*packer.finish())
     for writer in writers:
         writer.finish()
-    return {"documents": documents, "truncated": getattr(packer, "truncated", 0)}
+    meta = {"documents": documents, "truncated": getattr(packer, "truncated", 0)}
+    if isinstance(packer, PaddedPacker):
+        meta.update(tokens=packer.tokens, dropped_tokens=packer.dropped)
+    return meta

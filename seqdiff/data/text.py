@@ -64,6 +64,24 @@ def split_path(config: DataConfig, split: str) -> Path:
     return Path(explicit) if explicit else corpus_split_path(config.corpus, split)
 
 
+ALPHABET_SAMPLE_CHARS = 1_000_000
+"""Characters of a source read to tell how much of it lies outside a normalizing tokenizer's alphabet."""
+
+
+def warn_outside_alphabet(text: str, tokenizer: Tokenizer, what: str) -> None:
+    """Say on stderr when most of `text` (its first 1M characters) is outside a normalizing tokenizer's alphabet
+    (a text8 model fed Chinese or a table of numbers): the model would be trained or scored on the spaces that
+    remain, and a bits-per-character figure of that would mislead."""
+    if not tokenizer.normalizes_away:
+        return
+    share = tokenizer.outside_share(text[:ALPHABET_SAMPLE_CHARS])
+    if share > 0.5:
+        alphabet = "".join(s for s in tokenizer.symbols if not s.isspace())
+        print(f"seqdiff: {what}: {share:.0%} of its non-space characters are outside the model's alphabet "
+              f"({alphabet}) and become spaces under its normalization: the model sees little of this text",
+              file=sys.stderr)
+
+
 def tokenize_file(path: str | Path, tokenizer: Tokenizer) -> np.ndarray:
     """Read and tokenize one file; errors name the file."""
     text = read_text_file(path)
@@ -169,7 +187,11 @@ def build_split_arrays(source: SplitSource, tokenizer: Tokenizer, config: DataCo
         blocks, lengths, truncated = pack_padded(ids, config.seq_len, *special)
     if tokenizer.vocab_size <= np.iinfo(np.uint16).max + 1:  # GPT-2, BERT, characters: half the disk and memory
         blocks = blocks.astype(np.uint16)
-    return {"blocks": blocks, "lengths": lengths, **extra}, {"documents": len(docs), "truncated": truncated}
+    meta = {"documents": len(docs), "truncated": truncated}
+    if config.text.block_mode == "padded":  # what truncation cut off, as the streaming PaddedPacker counts it
+        meta.update(tokens=sum(len(d) for d in ids),
+                    dropped_tokens=sum(max(0, len(d) - (config.seq_len - 2)) for d in ids))
+    return {"blocks": blocks, "lengths": lengths, **extra}, meta
 
 
 def load_split_arrays(config: DataConfig, tokenizer: Tokenizer, split: str,
@@ -185,6 +207,22 @@ def load_split_arrays(config: DataConfig, tokenizer: Tokenizer, split: str,
     # built by the streaming path: bounded memory, the same arrays
     return cache.load_or_build_into(fields, lambda folder: build_streaming(source, tokenizer, config, folder),
                                     log=log)
+
+
+def truncation_message(meta: dict[str, Any], config: DataConfig, split: str) -> str:
+    """What data.text.block_mode=padded cut off a split: documents and the share of its tokens. When most tokens
+    are lost to paragraph documents (a blank line ends one), the file likely holds one document per line."""
+    message = f"{meta['truncated']} of {meta['documents']} {split} documents truncated to data.seq_len={config.seq_len}"
+    tokens = meta.get("tokens") or 0  # caches written before this count have none: the count alone
+    if not tokens:
+        return message
+    share = meta.get("dropped_tokens", 0) / tokens
+    message += f": {share:.1%} of the split's tokens are not used"
+    if share > 0.5:
+        hint = (" (data.text.documents=paragraphs ends a document at a blank line; for one document per line use "
+                "data.text.documents=lines)" if config.text.documents == "paragraphs" else "")
+        message += f"; a longer data.seq_len or data.text.block_mode=packed keeps them{hint}"
+    return message
 
 
 class TextDataModule(L.LightningDataModule):
@@ -223,9 +261,25 @@ class TextDataModule(L.LightningDataModule):
         if split not in self.arrays:
             self.arrays[split], self.meta[split] = load_split_arrays(self.config, self.tokenizer, split)
             if self.meta[split].get("truncated"):
-                print(f"seqdiff: {self.meta[split]['truncated']} of {self.meta[split]['documents']} {split} "
-                      f"documents truncated to data.seq_len={self.config.seq_len}", file=sys.stderr)
+                print(f"seqdiff: {truncation_message(self.meta[split], self.config, split)}", file=sys.stderr)
+            self._check_alphabet(split)
         return self.arrays[split]
+
+    def _check_alphabet(self, split: str) -> None:
+        """Warn when most of a split's text is outside a normalizing tokenizer's alphabet (first 1M chars;
+        files and fetched corpora, read lazily: a hub dataset is not loaded for this)."""
+        from seqdiff.data.streaming import source_documents
+
+        source, parts, size = SplitSource(self.config, split), [], 0
+        lazy = source.path is not None or hasattr(source.dataset, "files")
+        if not self.tokenizer.normalizes_away or not lazy:
+            return
+        for doc in source_documents(source):
+            parts.append(doc)
+            size += len(doc)
+            if size >= ALPHABET_SAMPLE_CHARS:
+                break
+        warn_outside_alphabet("\n".join(parts), self.tokenizer, source.what())
 
     def split_tokens(self, split: str) -> np.ndarray:
         if self.config.text.block_mode != "stream":

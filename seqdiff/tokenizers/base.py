@@ -60,6 +60,14 @@ class Tokenizer(ABC):
     def encode(self, text: str) -> np.ndarray:
         """Text -> int64 id array (vectorized; no special tokens added)."""
 
+    normalizes_away: ClassVar[bool] = False
+    """Whether `encode` may turn characters into something else (text8 normalization): then `outside_share`
+    tells how much of a text the model does not see, and the data modules warn when it is most of it."""
+
+    def outside_share(self, text: str) -> float:
+        """Share of the text's non-whitespace characters that encoding replaces (0: every one is encoded)."""
+        return 0.0
+
     def decode(self, ids: Sequence[int] | np.ndarray, mask_char: str = "_") -> str:
         """Ids -> text; BOS/EOS/PAD are dropped, MASK shows as `mask_char`."""
         out = []

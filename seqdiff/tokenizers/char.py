@@ -16,6 +16,8 @@ from seqdiff.tokenizers.base import Tokenizer, TokenizerError, build_lookup_tabl
 
 TEXT8_ALPHABET = "abcdefghijklmnopqrstuvwxyz "
 _NON_TEXT8 = re.compile(r"[^a-z]+")
+_WHITESPACE = re.compile(r"\s")
+_LATIN_LETTER = re.compile(r"[a-zA-Z]")
 
 
 def text8_normalize(text: str) -> str:
@@ -36,6 +38,17 @@ class CharTokenizer(Tokenizer):
         self.alphabet = alphabet
         self.normalize = normalize
         self._table = build_lookup_table(self.symbols)
+
+    @property
+    def normalizes_away(self) -> bool:  # type: ignore[override]
+        return self.normalize == "text8"
+
+    def outside_share(self, text: str) -> float:
+        """text8: the share of non-whitespace characters that are not a-z / A-Z (they become spaces)."""
+        if self.normalize != "text8":
+            return 0.0
+        visible = len(text) - len(_WHITESPACE.findall(text))
+        return 0.0 if visible == 0 else 1 - len(_LATIN_LETTER.findall(text)) / visible
 
     def encode(self, text: str) -> np.ndarray:
         if self.normalize == "text8":
