@@ -99,7 +99,11 @@ def cmd_train(args: argparse.Namespace) -> int:
     from seqdiff.config import load_run_config
     from seqdiff.training.run import TrainingInterrupted, train
 
-    config = load_run_config(args.config, args.overrides)
+    saved = Path(args.run_dir) / "config.yaml" if args.resume and args.run_dir and not args.config else None
+    if saved is not None and saved.is_file():  # --resume --run-dir RUN: the recipe the run was started with
+        config = load_run_config(str(saved), args.overrides)
+    else:
+        config = load_run_config(args.config, args.overrides)
     run_dir = Path(args.run_dir or Path("runs") / config.name)
     try:
         result = train(config, run_dir, resume=args.resume)
@@ -509,7 +513,8 @@ def _checkpoint_argument(p: argparse.ArgumentParser) -> None:
 def _train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", help="YAML recipe (see configs/); defaults are used for what it leaves out")
     p.add_argument("--run-dir", help="output folder (default runs/<name>)")
-    p.add_argument("--resume", action="store_true", help="continue from <run-dir>/checkpoints/last.ckpt")
+    p.add_argument("--resume", action="store_true", help="continue from <run-dir>/checkpoints/last.ckpt (without "
+                   "--config: with the recipe saved in <run-dir>/config.yaml)")
 
 
 def _probe_arguments(p: argparse.ArgumentParser) -> None:

@@ -6,6 +6,7 @@ import shutil
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -195,6 +196,26 @@ def test_resume_allows_the_listed_keys_and_names_a_max_steps_below_the_checkpoin
     assert "train.max_steps" in RESUMABLE_KEYS and "method.name" not in RESUMABLE_KEYS
 
 
+def test_resume_without_a_recipe_uses_the_runs_saved_config(tmp_path, capsys):
+    """`seqdiff train --run-dir RUN --resume` (no --config) continues with RUN/config.yaml plus the overrides
+    given now, rather than comparing the defaults against the run's recipe; Lightning's warning that the
+    checkpoint folder is not empty (it is this run's) is not printed."""
+    run = tmp_path / "r"
+    assert main(["train", "--run-dir", str(run), *RECIPE, "train.max_steps=2", "train.checkpoint_every=2"]) == 0
+    capsys.readouterr()
+    assert main(["train", "--run-dir", str(run), "--resume", "train.max_steps=4"]) == 0
+    assert "exists and is not empty" not in capsys.readouterr().err
+    assert _step(run / "checkpoints" / "last.ckpt") == 4
+    assert main(["train", "--run-dir", str(run), "--resume", "model.n_layers=3"]) == 2  # still a changed recipe
+    assert "model.n_layers: 2 -> 3" in capsys.readouterr().err
+
+
+def test_docs_list_every_key_that_may_change_on_resume():
+    """docs/training.md is where users look up what --resume accepts: it names every RESUMABLE_KEYS entry."""
+    text = (Path(__file__).parents[1] / "docs" / "training.md").read_text()
+    assert [key for key in RESUMABLE_KEYS if f"`{key}`" not in text] == []
+
+
 # ------------------------------------------------------------------ 5. one trainer per run directory
 def _write_lock(run, pid, host):
     run.mkdir(parents=True, exist_ok=True)
@@ -211,6 +232,9 @@ def test_a_second_trainer_on_a_locked_directory_is_refused(tmp_path, capsys):
         assert code == 2
         assert f"being written by another trainer (pid {sleeper.pid}" in err
         assert not (run / "config.yaml").exists() and not (run / "checkpoints").exists()
+        # --resume while the first trainer has not written a checkpoint yet: busy, not "no checkpoint"
+        assert main(["train", "--run-dir", str(run), *RECIPE, "train.max_steps=2", "--resume"]) == 2
+        assert f"being written by another trainer (pid {sleeper.pid}" in capsys.readouterr().err
     finally:
         sleeper.kill()
         sleeper.wait()

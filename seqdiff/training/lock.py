@@ -80,24 +80,42 @@ class RunLock:
         finally:
             tmp.unlink(missing_ok=True)
 
-    def _take_over_or_refuse(self) -> None:
-        owner = read_lock(self.path)
-        if owner is None:  # unreadable: written by something else, or emptied; treat as stale but say so
+    def check_free(self) -> None:
+        """Raise RunLockedError when another live trainer holds the lock; a stale or absent lock passes (it is
+        taken over by `acquire`). Called before the run's checkpoints are looked at, so a second trainer
+        learns that the run is busy rather than that it has no checkpoint yet."""
+        if self.path.exists():
+            refusal = self._refusal(read_lock(self.path))
+            if refusal is not None:
+                raise refusal
+
+    def _refusal(self, owner: dict | None) -> RunLockedError | None:
+        """Why the lock (with this content) may not be taken over; None when it is stale."""
+        if owner is None:  # unreadable: written by something else, or emptied; stale unless brand new
             age = time.time() - self.path.stat().st_mtime if self.path.exists() else 0
             if age < 5:
-                raise RunLockedError(f"{self.path} exists (unreadable, {age:.0f} s old): another trainer may be "
-                                     f"starting in {self.run_dir}; if none is, remove the file")
+                return RunLockedError(f"{self.path} exists (unreadable, {age:.0f} s old): another trainer may be "
+                                      f"starting in {self.run_dir}; if none is, remove the file")
+            return None
+        pid, host = int(owner.get("pid", -1)), str(owner.get("host", "?"))
+        if host != self.owner["host"]:
+            return RunLockedError(f"{self.run_dir} is locked by process {pid} on host {host} (since "
+                                  f"{owner.get('started', '?')}); if that trainer is gone, remove {self.path}")
+        if pid_alive(pid) and pid != os.getpid():
+            return RunLockedError(f"{self.run_dir} is being written by another trainer (pid {pid} on {host}, "
+                                  f"since {owner.get('started', '?')}); wait for it or choose another --run-dir")
+        return None
+
+    def _take_over_or_refuse(self) -> None:
+        owner = read_lock(self.path)
+        refusal = self._refusal(owner)
+        if refusal is not None:
+            raise refusal
+        if owner is None:
             print(f"seqdiff: taking over the unreadable lock {self.path}", file=sys.stderr)
         else:
-            pid, host = int(owner.get("pid", -1)), str(owner.get("host", "?"))
-            if host != self.owner["host"]:
-                raise RunLockedError(f"{self.run_dir} is locked by process {pid} on host {host} (since "
-                                     f"{owner.get('started', '?')}); if that trainer is gone, remove {self.path}")
-            if pid_alive(pid) and pid != os.getpid():
-                raise RunLockedError(f"{self.run_dir} is being written by another trainer (pid {pid} on {host}, "
-                                     f"since {owner.get('started', '?')}); wait for it or choose another --run-dir")
-            print(f"seqdiff: taking over the stale lock {self.path} of process {pid} on {host} (no longer running)",
-                  file=sys.stderr)
+            print(f"seqdiff: taking over the stale lock {self.path} of process {owner.get('pid', -1)} on "
+                  f"{owner.get('host', '?')} (no longer running)", file=sys.stderr)
         self.path.unlink(missing_ok=True)
 
     def release(self) -> None:

@@ -28,6 +28,7 @@ import os
 import signal
 import sys
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -293,6 +294,8 @@ def train(config: RunConfig, run_dir: str | Path, resume: bool = False,
     for folder in (run_dir, run_dir / "checkpoints"):
         if folder.exists() and not folder.is_dir():
             raise RunError(f"--run-dir {run_dir}: {folder} is a file, not a directory")
+    if rank_zero_only.rank == 0:
+        RunLock(run_dir).check_free()  # a trainer busy in this directory: say so, not "no checkpoint yet"
     has_checkpoint = last.is_file() or bool(step_checkpoints(last.parent))
     if resume and not has_checkpoint:
         raise RunError(f"--resume: no checkpoint at {last}")
@@ -431,7 +434,9 @@ def train(config: RunConfig, run_dir: str | Path, resume: bool = False,
         start = time.perf_counter()
         guard.install()  # a signal during set-up stops at the first step boundary
         try:
-            trainer.fit(module, datamodule=data, ckpt_path=str(ckpt_path) if ckpt_path is not None else None)
+            with warnings.catch_warnings():  # on resume the folder holds this run's own checkpoints, as it should
+                warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")
+                trainer.fit(module, datamodule=data, ckpt_path=str(ckpt_path) if ckpt_path is not None else None)
         finally:  # close the wandb run, or the next train() in this process would log into it
             guard.uninstall()
             if tcfg.wandb and rank_zero_only.rank == 0 and wandb_logger._experiment is not None:
