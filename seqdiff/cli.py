@@ -427,7 +427,8 @@ def cmd_score(args: argparse.Namespace) -> int:
     text = format_rows(rows, fmt, header)
     if o.out:
         write_atomically(o.out, text)
-        print(f"{len(rows)} variants scored ({kind}); written: {o.out}", file=sys.stderr)
+        scored = sum(row["llr"] is not None for row in rows)
+        print(f"{scored} variants scored ({kind}); written: {o.out}", file=sys.stderr)
     else:
         sys.stdout.write(text)
     return 0

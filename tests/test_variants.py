@@ -18,7 +18,7 @@ from seqdiff.checkpoint import LoadedModel
 from seqdiff.cli import main
 from seqdiff.config import DataConfig, MethodConfig, ModelConfig, to_dict
 from seqdiff.data.genome import open_fasta
-from seqdiff.evaluation.variants import VariantError, read_variants, score_variants, window_bounds
+from seqdiff.evaluation.variants import VariantError, format_rows, read_variants, score_variants, window_bounds
 from seqdiff.methods import AR, MDLM, build_model
 from seqdiff.tokenizers.char import CharTokenizer
 from seqdiff.tokenizers.nucleotide import NucleotideTokenizer
@@ -253,16 +253,14 @@ def test_vcf_with_multiallelic_alt_and_json_output(genome, tmp_path, capsys):
 # 2. bad input ------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("row, message", [
-    (("chrS1", 10, "X", "A"), "line 2: ref allele 'X' is not a string of A, C, G, T"),
-    (("chrS1", 10, "{ref}", "N"), "line 2: alt allele 'N' is not a string of A, C, G, T"),
-    (("chrS1", 10, "{ref}", "<DEL>"), "line 2: alt allele '<DEL>'"),
+    (("chrS1", 10, "X", "A"), "line 2: ref allele 'X' does not match the FASTA, which has '{ref}'"),
+    (("chrS1", 10, "1", "A"), "line 2: ref allele '1' is not a string of bases"),
     (("chrS1", 10, "{wrong}", "{ref}"), "line 2: ref allele '{wrong}' does not match the FASTA, which has '{ref}'"),
     (("chrS1", 201, "A", "C"), "line 2: position chrS1:201 is outside the chromosome (length 200)"),
     (("chrS1", 0, "A", "C"), "line 2: position 0 is outside the chromosome"),
     (("chrS9", 10, "A", "C"), "line 2: unknown chromosome 'chrS9'"),
     (("chrS1", "ten", "A", "C"), "line 2: malformed row: position 'ten' is not an integer"),
-    (("chrS1", 10, "{ref}", "{ref}"), "line 2: alt '{ref}' equals ref"),
-    (("chrS1", 10, "{ref}", "{ref}A"), "line 2: ref '{ref}' and alt '{ref}A' differ in length: indels"),
+    (("chrS1", 10, "{ref}", "{ref}"), "none of its 1 variants can be scored (1 alt equals ref)"),
 ])
 def test_bad_rows_are_refused_naming_the_row(genome, tmp_path, row, message):
     P, chroms, fa = genome
@@ -270,9 +268,35 @@ def test_bad_rows_are_refused_naming_the_row(genome, tmp_path, row, message):
     wrong = BASES[(BASES.index(ref) + 1) % 4]
     row = tuple(str(c).format(ref=ref, wrong=wrong) for c in row)
     table = write_table(tmp_path / "bad.tsv", [row], header="chrom\tpos\tref\talt")
-    with pytest.raises(VariantError, match=str(table) + " " + __import__("re").escape(message.format(ref=ref,
+    with pytest.raises(VariantError, match=str(table) + ":? " + __import__("re").escape(message.format(ref=ref,
                                                                                                      wrong=wrong))):
         score_variants(loaded("ar", P), open_fasta(fa), read_variants(table))
+
+
+def test_rows_a_scorer_does_not_handle_stay_in_the_output_unscored(genome, tmp_path, capsys):
+    """A real VCF mixes indels, ALT '.', '*', symbolic alleles and N into its SNVs: those rows keep their place
+    with an empty score and the reason; the SNVs are scored exactly as alone; stderr counts the rest."""
+    P, chroms, fa = genome
+    seq = chroms["chrS1"]
+    alt = BASES[(BASES.index(seq[99]) + 1) % 4]
+    body = [f"chrS1\t100\trs1\t{seq[99]}\t{alt}", f"chrS1\t50\tdel\t{seq[49:52]}\t{seq[49]}",
+            f"chrS1\t60\tref_site\t{seq[59]}\t.", f"chrS1\t61\tstar\t{seq[60]}\t*",
+            f"chrS1\t62\tsv\t{seq[61]}\t<DEL>", f"chrS1\t63\tn\t{seq[62]}\tN",
+            f"chrS1\t64\tins\t{seq[63]}\t{seq[63]}GT,{BASES[(BASES.index(seq[63]) + 1) % 4]}"]
+    vcf = tmp_path / "mixed.vcf"
+    vcf.write_text("##fileformat=VCFv4.2\n#CHROM\tPOS\tID\tREF\tALT\n" + "\n".join(body) + "\n")
+    rows = score_variants(loaded("ar", P), open_fasta(fa), read_variants(vcf))
+    err = capsys.readouterr().err
+    assert "6 of 8 rows not scored" in err and "2 indel" in err and err.count("\n") == 1, err
+    assert [r["id"] for r in rows] == ["rs1", "del", "ref_site", "star", "sv", "n", "ins", "ins"]
+    assert [r["llr"] is not None for r in rows] == [True, False, False, False, False, False, False, True]
+    assert abs(rows[0]["llr"] - exact_llr(chroms, P, "chrS1", 100, seq[99], alt)) < 1e-5
+    reasons = [r.get("not_scored", "") for r in rows]
+    assert reasons[1].startswith("indel") and "ALT '.'" in reasons[2] and "ALT '*'" in reasons[3]
+    assert "'<DEL>'" in reasons[4] and "alt allele 'N'" in reasons[5] and reasons[6].startswith("indel")
+    tsv = format_rows(rows, "tsv", {}).splitlines()
+    assert tsv[0].split("\t")[-1] == "not_scored" and tsv[2].split("\t")[7] == ""  # an empty llr cell
+    assert json.loads(format_rows(rows, "json", {}))["variants"][2]["llr"] is None  # valid JSON (no NaN)
 
 
 def test_malformed_tables_are_refused(tmp_path):

@@ -26,9 +26,12 @@ Input table
   CHROM POS ID REF ALT; a multi-allelic ALT (`A,G`) gives one row per alternative allele.
 - TSV / CSV (tab or comma, chosen from the header line): a header naming at least chrom, pos, ref, alt
   (case-insensitive; `#chrom`, `chr`, `position` also accepted); every other column is carried to the output.
-- pos is 1-based; ref and alt are A / C / G / T strings of equal length (SNVs and multi-base substitutions;
-  indels are refused). Every row is checked against the FASTA before any model runs; the first bad row is
-  refused with one message naming the file, line and problem.
+- pos is 1-based. Every row is checked against the FASTA before any model runs: an unknown chromosome, a
+  position outside it or a ref allele that differs from the FASTA (a table for another genome build) refuses
+  the table with one message naming the file, line and problem.
+- Scored: substitutions, ref and alt A / C / G / T strings of equal length (SNVs and multi-base). Other rows
+  of a real VCF (indels, ALT '.' or '*', symbolic alleles, N bases) stay in the output, in table order, with an
+  empty score and the reason in `not_scored`; stderr counts them. A table with nothing to score is refused.
 
 The window has `window` bases (default: the model's training length), centered on the variant and shifted to
 stay inside the chromosome (a shorter chromosome is scored whole).
@@ -42,6 +45,7 @@ import gzip
 import io
 import json
 import math
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -170,18 +174,34 @@ def _position(value: str, where: str) -> int:
 
 
 # ---------------------------------------------------------------------------------------------- checking
-def check_variants(variants: Sequence[Variant], fasta: FastaHandle) -> None:
-    """Refuse the first row with a bad allele, an unknown chromosome, a position outside it or a wrong ref."""
-    for v in variants:
-        for name, allele in (("ref", v.ref), ("alt", v.alt)):
-            bad = sorted(set(allele.upper()) - ALLELE_BASES)
-            if not allele or bad:
-                raise VariantError(f"{v.where}: {name} allele {allele!r} is not a string of A, C, G, T")
-        if len(v.ref) != len(v.alt):
-            raise VariantError(f"{v.where}: ref {v.ref!r} and alt {v.alt!r} differ in length: indels are not "
-                               f"scored (substitutions only)")
-        if v.ref.upper() == v.alt.upper():
-            raise VariantError(f"{v.where}: alt {v.alt!r} equals ref: not a variant")
+def not_scored_reason(v: Variant) -> str | None:
+    """Why a well-formed row is a kind of variant the scorers do not handle (None: a substitution they do).
+    Real VCFs mix these in (indels, ALT '.' of reference sites, '*' and symbolic alleles); their rows are kept
+    in the output without a score rather than failing the whole table."""
+    alt, ref = v.alt.upper(), v.ref.upper()
+    if alt in (".", ""):
+        return "no alternative allele (ALT '.')"
+    if alt == "*":
+        return "allele removed by an upstream deletion (ALT '*')"
+    if alt.startswith("<") or "[" in alt or "]" in alt:
+        return f"symbolic or breakend allele {v.alt!r}"
+    if len(ref) != len(alt):
+        return "indel (only substitutions are scored)"
+    for name, allele in (("ref", ref), ("alt", alt)):
+        if set(allele) - ALLELE_BASES:
+            return f"{name} allele {getattr(v, name)!r} has bases other than A, C, G, T"
+    if ref == alt:
+        return "alt equals ref"
+    return None
+
+
+def check_variants(variants: Sequence[Variant], fasta: FastaHandle) -> dict[int, str]:
+    """Refuse the first row with an unknown chromosome, a position outside it or a ref that does not match the
+    FASTA (a table for another genome build); return {row index: reason} of the rows not scored."""
+    skipped = {}
+    for i, v in enumerate(variants):
+        if not v.ref.isascii() or not v.ref.isalpha():  # letters are checked against the FASTA below
+            raise VariantError(f"{v.where}: ref allele {v.ref!r} is not a string of bases")
         try:
             v.fasta_chrom = fasta.resolve(v.chrom)
         except GenomeError as e:
@@ -195,6 +215,21 @@ def check_variants(variants: Sequence[Variant], fasta: FastaHandle) -> None:
         if found != v.ref.upper():
             raise VariantError(f"{v.where}: ref allele {v.ref!r} does not match the FASTA, which has {found!r} at "
                                f"{v.chrom}:{v.pos}")
+        reason = not_scored_reason(v)
+        if reason is not None:
+            skipped[i] = reason
+    if variants and len(skipped) == len(variants):
+        raise VariantError(f"{variants[0].where.rsplit(' line ', 1)[0]}: none of its {len(variants)} variants can be "
+                           f"scored ({_reason_counts(skipped)}); seqdiff scores substitutions of A, C, G, T")
+    return skipped
+
+
+def _reason_counts(skipped: dict[int, str]) -> str:
+    counts: dict[str, int] = {}
+    for reason in skipped.values():
+        kind = reason.split(" (")[0] if reason.startswith("indel") else reason.split(" '")[0]
+        counts[kind] = counts.get(kind, 0) + 1
+    return ", ".join(f"{n:,} {kind}" for kind, n in sorted(counts.items(), key=lambda kv: -kv[1]))
 
 
 def check_model(model: LoadedModel, what: str) -> None:
@@ -354,9 +389,12 @@ def score_variants(model: LoadedModel, fasta: FastaHandle, variants: Sequence[Va
     window = window or model.seq_len
     if not 1 <= window <= model.model_config.max_seq_len:
         raise VariantError(f"--window {window} must lie in [1, model.max_seq_len={model.model_config.max_seq_len}]")
-    check_variants(variants, fasta)
+    skipped = check_variants(variants, fasta)
+    if skipped:
+        print(f"seqdiff score: {len(skipped):,} of {len(variants):,} rows not scored ({_reason_counts(skipped)}); "
+              f"they are kept in the output with an empty score and the reason in not_scored", file=sys.stderr)
     scorer = SCORERS[model.method.name]
-    windows = make_windows(variants, fasta, model.tokenizer, window)
+    windows = make_windows([v for i, v in enumerate(variants) if i not in skipped], fasta, model.tokenizer, window)
     scores: dict[int, dict[str, float]] = {}
     batches = list(_batches(windows, batch_size))
     if progress:
@@ -367,13 +405,18 @@ def score_variants(model: LoadedModel, fasta: FastaHandle, variants: Sequence[Va
     for group in batches:
         for w, s in zip(group, scorer.run(model, group, rc_conjoin)):
             scores[position[id(w)]] = s
+    scored = iter(enumerate(windows))
     rows = []
-    for i, w in enumerate(windows):
-        v = w.variant
-        rows.append({"chrom": v.chrom, "pos": v.pos, "ref": v.ref, "alt": v.alt, **v.extra,
-                     "window_start": w.start + 1, "window_end": w.start + len(w.ref_ids),
-                     "llr": scores[i]["llr"], "log_p_ref": scores[i]["log_p_ref"],
-                     "log_p_alt": scores[i]["log_p_alt"], "score": scorer.kind})
+    for index, v in enumerate(variants):  # table order, the rows not scored included
+        row: dict[str, Any] = {"chrom": v.chrom, "pos": v.pos, "ref": v.ref, "alt": v.alt, **v.extra}
+        if index in skipped:
+            row.update(window_start=None, window_end=None, llr=None, log_p_ref=None, log_p_alt=None,
+                       score=None, not_scored=skipped[index])
+        else:
+            i, w = next(scored)
+            row.update(window_start=w.start + 1, window_end=w.start + len(w.ref_ids), llr=scores[i]["llr"],
+                       log_p_ref=scores[i]["log_p_ref"], log_p_alt=scores[i]["log_p_alt"], score=scorer.kind)
+        rows.append(row)
     return rows
 
 
@@ -399,10 +442,13 @@ def format_rows(rows: Sequence[dict[str, Any]], fmt: str, header: dict[str, Any]
 
 
 def _cell(value: Any) -> str:
+    if value is None:  # a row not scored
+        return ""
     if isinstance(value, float):
         return "nan" if math.isnan(value) else f"{value:.6g}"
     return str(value)
 
 
 __all__ = ["SCORERS", "SCORE_NOTES", "Variant", "VariantError", "check_model", "check_variants", "format_rows",
+           "not_scored_reason",
            "read_variants", "score_variants", "window_bounds"]
