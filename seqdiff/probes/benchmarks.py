@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
+
 from seqdiff.probes import genomic_benchmarks as gb
 from seqdiff.probes import nucleotide_transformer as nt
 from seqdiff.probes.data import Benchmark, LabeledSequences, ProbeError, encode_labels, read_table, stratified_split
@@ -42,10 +44,15 @@ def load_user_table(path: str | Path, test_file: str | Path | None = None) -> Be
     path = Path(path)
     sequences, label_names = read_table(path)
     labels, classes = encode_labels(label_names)
+    check_user_classes(path, labels, classes, held_out=test_file is None)
     data = LabeledSequences(sequences, labels)
     if test_file is not None:
         test_seqs, test_names = read_table(test_file)
         test = LabeledSequences(test_seqs, encode_labels(test_names, classes)[0])
+        missing = sorted(set(classes) - set(test_names))
+        if missing:
+            raise ProbeError(f"{test_file}: no rows of class(es) {missing}; the test rows need every class of "
+                             f"{path} ({classes})")
         train, split_note = data, f"official: {test_file}"
     else:
         kept, held = stratified_split(labels, USER_TEST_FRACTION, USER_TEST_SEED)
@@ -54,6 +61,25 @@ def load_user_table(path: str | Path, test_file: str | Path | None = None) -> Be
     return Benchmark(name=path.stem, classes=classes, train=train, test=test,
                      max_len=max(len(s) for s in train.sequences + test.sequences), source=str(path),
                      test_split=split_note)
+
+
+def check_user_classes(path: Path, labels: np.ndarray, classes: list[str], held_out: bool) -> None:
+    """Refuse a user table that the protocol cannot split into classes (before any model work), naming the file:
+    one class only; with a held-out test split, a class of one row (it cannot be in both splits) or no class of
+    three rows or more (the training rows left would hold one of each, and the validation split none)."""
+    counts = np.bincount(labels, minlength=len(classes))
+    if len(classes) < 2:
+        raise ProbeError(f"{path}: all {len(labels)} rows have label {classes[0]!r}; a probe needs at least two "
+                         "classes")
+    if held_out and counts.min() < 2:
+        rare = [c for c, n in zip(classes, counts, strict=True) if n < 2]
+        raise ProbeError(f"{path}: class(es) {rare} have a single row; with a held-out test split every class needs "
+                         "at least 2 rows (one for train, one for test), or give the test rows in --test-file")
+    if counts.max() < (3 if held_out else 2):
+        need = "3 rows of some class (2 stay in training after the held-out test split)" if held_out else \
+            "2 rows of some class"
+        raise ProbeError(f"{path}: {len(labels)} rows, at most {counts.max()} of any class; the protocol's 90/10 "
+                         f"train/validation split needs at least {need}")
 
 
 def load_benchmark(name: str, data_dir: str | Path | None = None, test_file: str | Path | None = None) -> Benchmark:

@@ -44,12 +44,36 @@ class GenomicBenchmarksCNN(nn.Module):
         return self.dense(self.conv(x))  # (B, 512)
 
 
-def flatten_size(input_len: int) -> int:
-    """Features after the three conv (valid, kernel 8) + max-pool (2) blocks."""
+def _pooled_length(input_len: int) -> int:
     length = input_len
     for _ in CHANNELS:
         length = (length - KERNEL + 1) // 2
-    if length < 1:
-        raise ProbeError(f"input length {input_len} is too short for the CNN baseline (needs at least 57)")
-    return CHANNELS[-1] * length
+    return length
+
+
+def _min_input_len() -> int:
+    length = 1
+    while _pooled_length(length) < 1:
+        length += 1
+    return length
+
+
+MIN_INPUT_LEN = _min_input_len()
+"""Shortest input the three blocks leave at least one position of (57)."""
+
+
+def too_short(input_len: int) -> str | None:
+    """Why the CNN cannot read inputs of `input_len` bases, or None when it can (for refusals made up front)."""
+    if input_len >= MIN_INPUT_LEN:
+        return None
+    return (f"sequences of at most {input_len} bases are too short for the Genomic Benchmarks CNN baseline (its three "
+            f"conv + max-pool blocks need at least {MIN_INPUT_LEN})")
+
+
+def flatten_size(input_len: int) -> int:
+    """Features after the three conv (valid, kernel 8) + max-pool (2) blocks."""
+    why = too_short(input_len)
+    if why is not None:
+        raise ProbeError(why)
+    return CHANNELS[-1] * _pooled_length(input_len)
 

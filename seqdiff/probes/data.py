@@ -62,8 +62,12 @@ class Benchmark:
     notes: list[str] = field(default_factory=list)
 
     def check(self) -> None:
-        """Refuse a benchmark with a class absent from a split, or with characters outside the alphabet."""
+        """Refuse a benchmark with fewer than two classes, a class absent from a split, or characters outside the
+        alphabet."""
         get_metric(self.metric)
+        if len(self.classes) < 2:
+            raise ProbeError(f"{self.name}: {len(self.classes)} class(es) {self.classes}; a probe needs at least two "
+                             "classes")
         for split_name, split in (("train", self.train), ("test", self.test)):
             counts = np.bincount(split.labels, minlength=len(self.classes))
             if len(counts) > len(self.classes):

@@ -33,7 +33,7 @@ from torch import nn
 
 from seqdiff.backbones import build_backbone
 from seqdiff.checkpoint import load_checkpoint
-from seqdiff.probes.cnn import GenomicBenchmarksCNN
+from seqdiff.probes.cnn import GenomicBenchmarksCNN, too_short
 from seqdiff.probes.data import (
     Benchmark,
     LabeledSequences,
@@ -44,7 +44,7 @@ from seqdiff.probes.data import (
 )
 from seqdiff.probes.embeddings import BackboneEncoder, embed_sequences, encode_batch
 from seqdiff.probes.finetune import FinetuneConfig, finetune_predict
-from seqdiff.probes.linear import Selected, accuracy, fit_kmer, fit_logistic, fit_onehot
+from seqdiff.probes.linear import Selected, accuracy, check_folds, fit_kmer, fit_logistic, fit_onehot
 from seqdiff.probes.metrics import score
 from seqdiff.tokenizers.nucleotide import NucleotideTokenizer
 
@@ -262,6 +262,11 @@ def _cnn(model: ProbeModel | None, split: Split, seed: int, config: ProbeConfig)
     return _selected(val, pred, split, {"epoch": epoch + 1})
 
 
+def cnn_input_len(bench: Benchmark) -> int:
+    """The padded length the CNN row builds its network for (`_cnn`): the longest sequence, cut to the context."""
+    return min(bench.max_len, max(len(s) for s in bench.train.sequences + bench.test.sequences))
+
+
 def _accelerator(device: str) -> str:
     return "cpu" if device == "cpu" else "gpu"
 
@@ -369,7 +374,12 @@ def run_protocol(bench: Benchmark, models: list[ProbeModel], config: ProbeConfig
     """Every row: frozen probes (each model, then the random init of models[0]), the k-mer and CNN baselines,
     then the fine-tuned rows (the costliest last). `on_row(rows so far, total)` is called after each row, so a
     caller can write partial reports. "checkpoints" in `baselines` skips the checkpoints' own rows (they then
-    only lend their architecture to the random-init baseline)."""
+    only lend their architecture to the random-init baseline).
+
+    Refused before any row runs: unknown kinds, no rows at all, a training split with no class of two sequences (the
+    validation split would be empty), too many cross-validation folds, and sequences too short for the CNN when it
+    is the only row; alongside other rows such a CNN row is left out, with a line on `log` and a note appended to
+    `bench.notes` (which the report lists)."""
     unknown = sorted(set(probes) - {"frozen", "finetune"}) + sorted(set(baselines) - {"random", "kmer", "onehot",
                                                                                      "cnn", "checkpoints"})
     if unknown:
@@ -379,6 +389,15 @@ def run_protocol(bench: Benchmark, models: list[ProbeModel], config: ProbeConfig
         check_masked_reading(model, config)
     if "random" in baselines and not models:
         raise ProbeError("the random-init baseline copies a checkpoint's architecture: give at least one checkpoint")
+    if config.train_size is None and len(bench.train) and np.bincount(bench.train.labels).max() < 2:
+        raise ProbeError(f"{bench.source or bench.name}: the training split holds one sequence of each class "
+                         f"({len(bench.train)} in all); the protocol's 90/10 train/validation split needs at least 2 "
+                         "sequences of some class")
+    if config.cv_folds > 1:
+        pool = bench.train.labels
+        if config.train_size is not None:  # the class counts of a draw do not depend on its seed
+            pool = pool[stratified_subsample(pool, config.train_size, seed=0)]
+        check_folds(pool, config.cv_folds)
     plan: list[tuple[str, ProbeModel | None, ProbeModel | None]] = []  # (kind, model, random init of)
     for kind in ("frozen", "kmer", "onehot", "cnn", "finetune"):
         if kind in probes:
@@ -387,6 +406,18 @@ def run_protocol(bench: Benchmark, models: list[ProbeModel], config: ProbeConfig
                 plan.append((kind, None, models[0]))
         elif kind in baselines:
             plan.append((kind, None, None))
+    why = too_short(cnn_input_len(bench)) if any(kind == "cnn" for kind, _, _ in plan) else None
+    if why is not None:  # the other rows are still valid: the CNN row is left out, and the report says why
+        plan = [step for step in plan if step[0] != "cnn"]
+        if not plan:
+            raise ProbeError(f"{bench.source or bench.name}: {why}, and the CNN baseline is the only row asked for")
+        note = f"CNN baseline row skipped: {why}"
+        log(f"{bench.name}: {note}")
+        if note not in bench.notes:
+            bench.notes.append(note)  # write_report lists the benchmark's notes
+    if not plan:
+        raise ProbeError("no rows to run: the frozen and fine-tuned rows need a checkpoint, and every baseline was "
+                         "skipped")
     rows: list[dict[str, Any]] = []
     for kind, model, random_of in plan:
         rows.append(run_row(kind, model, bench, config, log, random_init_of=random_of))
