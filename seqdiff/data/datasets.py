@@ -9,8 +9,12 @@ Two kinds of entries:
   whose last 100,000 documents are the validation (and test) set, as in MDLM; LM1B, LAMBADA and AG News
   have no validation split, so their test split serves for both. text8 is not on the hub in its
   canonical form: it is read from the original text8.zip (cached under the data directory) and split
-  into the first 90M / next 5M / last 5M characters. When the hub cannot be reached the error says how
-  to use local files instead (`data.corpus=/folder` with {train,valid,test}.txt / .jsonl / .parquet).
+  into the first 90M / next 5M / last 5M characters. A hub dataset is read from the local `datasets`
+  cache when it is there (no request made); otherwise the hub is asked once, briefly, and when it does
+  not answer the error comes at once (not after the library's ~30 s of retries), naming the cache folder
+  looked in and how to use local files instead (`data.corpus=/folder` with {train,valid,test}.txt /
+  .jsonl / .parquet, `seqdiff eval RUN --data PATH`). HF_HUB_OFFLINE / HF_DATASETS_OFFLINE set by the
+  user are honoured (see `seqdiff.data.hub`).
 - `LocalCorpus`: files that `seqdiff data fetch NAME` put in the data directory, split by whole works so
   that validation and test measure generalization to unseen text. Austen: Emma, Mansfield Park, Pride and
   Prejudice and Sense and Sensibility train; Northanger Abbey validates; Persuasion tests (the two
@@ -31,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from seqdiff.data.cache import file_identity
+from seqdiff.data.hub import HubUnavailable, load_hub_dataset
 from seqdiff.data.text_files import BUILTIN_CORPORA, read_documents
 from seqdiff.errors import SeqdiffError
 from seqdiff.safe_io import atomic_write
@@ -39,7 +44,8 @@ from seqdiff.sources import data_dir, is_present, source_path
 SPLITS = ("train", "valid", "test")
 OFFLINE_HINT = ("to train or evaluate offline, point at local files instead: data.corpus=/folder holding "
                 "train / valid / test files (.txt, .txt.gz, .jsonl or .parquet with a 'text' column), or "
-                "data.train_file / data.valid_file / data.test_file")
+                "data.train_file / data.valid_file / data.test_file, to train; seqdiff eval RUN --data PATH "
+                "(one such file, or such a folder) to evaluate")
 
 
 class DatasetError(SeqdiffError):
@@ -111,10 +117,9 @@ def get_detokenizer(name: str | None) -> Callable[[str], str] | None:
 
 # ---------------------------------------------------------------------------------------------- hub datasets
 def _hub_load(path: str, name: str | None, split: str):
-    """`datasets.load_dataset`, imported lazily (tests replace this function to simulate being offline)."""
-    import datasets
-
-    return datasets.load_dataset(path, name, split=split)
+    """`datasets.load_dataset`, local cache first, failing at once when the dataset is not cached and the hub
+    cannot be reached (`seqdiff.data.hub`; tests replace this function to simulate the hub)."""
+    return load_hub_dataset(path, name, split)
 
 
 @dataclass(frozen=True)
@@ -135,16 +140,21 @@ class HubDataset:
 
     def documents(self, split: str) -> list[str]:
         spec = self.splits[split]
+        what = (f"dataset {self.name!r} (Hugging Face id {self.path!r}"
+                f"{f', config {self.config!r}' if self.config else ''}, split {spec!r})")
         try:
             rows = _hub_load(self.path, self.config, spec)
-        except Exception as e:  # offline: ConnectionError, OSError, or a hub error class of `datasets`
-            raise DatasetError(f"dataset {self.name!r} (Hugging Face id {self.path!r}"
-                               f"{f', config {self.config!r}' if self.config else ''}, split {spec!r}) could "
-                               f"not be loaded: {type(e).__name__}: {e}. {OFFLINE_HINT}") from e
+        except HubUnavailable as e:  # neither cached nor reachable: said at once, without the library's retries
+            raise DatasetError(f"{what} is not available offline: {e}; {OFFLINE_HINT}") from e
+        except Exception as e:  # ConnectionError, OSError, or a hub error class of `datasets`
+            message = " ".join(f"{type(e).__name__}: {e}".split())  # one line: the library's text can span several
+            raise DatasetError(f"{what} could not be loaded: {message}. {OFFLINE_HINT}") from e
         return [d for d in rows[self.text_column] if isinstance(d, str) and d.strip()]
 
 
 TEXT8_URL = "http://mattmahoney.net/dc/text8.zip"
+TEXT8_TIMEOUT = 30.0
+"""Seconds a connection attempt or a read of the text8 download may wait before the download fails."""
 TEXT8_SPLITS = {"train": (0, 90_000_000), "valid": (90_000_000, 95_000_000), "test": (95_000_000, 100_000_000)}
 
 
@@ -166,7 +176,7 @@ class Text8Dataset:
         if not archive.is_file():
             def download(f) -> None:
                 try:
-                    with urllib.request.urlopen(TEXT8_URL) as response:
+                    with urllib.request.urlopen(TEXT8_URL, timeout=TEXT8_TIMEOUT) as response:
                         shutil.copyfileobj(response, f)
                 except OSError as e:
                     raise DatasetError(f"dataset 'text8' could not be downloaded from {TEXT8_URL}: {e}. "
