@@ -111,13 +111,11 @@ def load_with_package(name: str, download: Callable[..., Any] | None = None) -> 
 
 
 def load_from_hf(name: str, load_dataset: Callable[..., Any] | None = None) -> Benchmark:
-    """The Hugging Face mirror (columns seq, label; splits train, test) through `datasets` (online)."""
+    """The Hugging Face mirror (columns seq, label; splits train, test) through `datasets`: its local cache, else
+    the hub when it answers (seqdiff.data.hub)."""
     dataset_id = HF_PREFIX + name
-    if load_dataset is None:
-        try:
-            from datasets import load_dataset
-        except ImportError as e:
-            raise ProbeError("the Hugging Face mirror needs the `datasets` package (pip install datasets)") from e
+    if load_dataset is None:  # the local cache first; not cached and the hub unreachable: at once, no retries
+        from seqdiff.data.hub import load_hub_dataset as load_dataset
     try:
         data = load_dataset(dataset_id)
     except Exception as e:  # offline: ConnectionError, OfflineModeIsEnabled, FileNotFoundError, ...

@@ -38,9 +38,8 @@ repositories; the NT preprint's own text and the full dataset card table could n
 
 from __future__ import annotations
 
-import contextlib
 import difflib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -244,21 +243,6 @@ def load_layout(root: str | Path, collection: NTCollection, task: NTTask) -> Ben
     return _benchmark(collection, task, splits, str(folder))
 
 
-@contextlib.contextmanager
-def hub_offline() -> Iterator[None]:
-    """The Hugging Face libraries' offline switches, on for the duration: `load_dataset` reads its cache and
-    never fetches."""
-    import datasets.config as dconfig
-    import huggingface_hub.constants as hconstants
-
-    saved = dconfig.HF_HUB_OFFLINE, dconfig.HF_DATASETS_OFFLINE, hconstants.HF_HUB_OFFLINE
-    dconfig.HF_HUB_OFFLINE = dconfig.HF_DATASETS_OFFLINE = hconstants.HF_HUB_OFFLINE = True
-    try:
-        yield
-    finally:
-        dconfig.HF_HUB_OFFLINE, dconfig.HF_DATASETS_OFFLINE, hconstants.HF_HUB_OFFLINE = saved
-
-
 def load_from_hf_cache(collection: NTCollection, task: NTTask, load_dataset: Callable[..., Any] | None = None
                        ) -> Benchmark:
     """`load_dataset(DATASET_ID, TASK)` with the libraries offline: only a dataset already in the local cache."""
@@ -269,6 +253,8 @@ def load_from_hf_cache(collection: NTCollection, task: NTTask, load_dataset: Cal
         except ImportError as e:
             raise ProbeError("reading the Hugging Face cache needs the `datasets` package") from e
     try:
+        from seqdiff.data.hub import hub_offline
+
         with hub_offline():
             data = load_dataset(collection.dataset_id, task.name)
     except Exception as e:  # not cached: ConnectionError, FileNotFoundError, OfflineModeIsEnabled, ...
