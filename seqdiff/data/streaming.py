@@ -389,7 +389,8 @@ def build_streaming(source, tokenizer: Tokenizer, config: DataConfig, folder: Pa
         workers = 1 if size < PARALLEL_MIN_BYTES else (config.text.tokenize_workers or min(8, os.cpu_count() or 1))
     what = source.what()
     progress = tqdm(total=None if size == float("inf") else int(size), unit="char", unit_scale=True,
-                    desc=f"tokenizing {what}", file=sys.stderr, disable=size < PARALLEL_MIN_BYTES // 4)
+                    desc=f"tokenizing {what}", file=sys.stderr, disable=size < PARALLEL_MIN_BYTES // 4,
+                    delay=1.0)  # shown after a second: a source that fails at once (hub offline) prints no bar
     try:
         if config.text.block_mode == "stream":
             return _build_stream(source, tokenizer, folder, chunk_chars, read_bytes, workers, progress)
