@@ -144,10 +144,18 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
         check_ordered(model.method, model.backbone)  # before any data is read
     options = {"num_t_samples": o.num_t_samples, "seed": o.seed, "progress": not o.json, "order": o.order}
-    reports = []
-    for source in sources:
-        reports.append(evaluate_source(model, source, batch_size=o.batch_size, detokenizer=o.detokenizer,
-                                       **options))
+    reports, failed = [], []
+    for source in sources:  # a source that fails (a hub dataset offline) does not lose the others' scores
+        try:
+            reports.append(evaluate_source(model, source, batch_size=o.batch_size, detokenizer=o.detokenizer,
+                                           **options))
+        except SeqdiffError as e:
+            if len(sources) == 1:
+                raise
+            failed.append(source.label)
+            print(f"seqdiff eval: {source.label}: {e}", file=sys.stderr)
+    if sources and not reports:
+        raise ConfigError(f"no source could be scored ({', '.join(failed)}: see above)")
     if not sources:  # the run's own corpus split, read by the run's own data module
         data_config = model.data_config
         if data_config is None:
@@ -173,7 +181,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     atomic_write_text(out, text, "eval results")
     if o.json:
         sys.stdout.write(text)
-        return 0
+        return 2 if failed else 0
     kind = "exact" if model.method.exact_likelihood else "upper bounds (NELBO)"
     if o.order is not None:
         from seqdiff.evaluation.ordered import random_orders
@@ -184,6 +192,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
     print(f"{model.method.name} checkpoint {model.path} (step {model.step}), {kind}:")
     print(format_table(reports))
     print(f"written: {out}")
+    if failed:
+        print(f"seqdiff eval: {len(failed)} of {len(sources)} sources could not be scored ({', '.join(failed)}: "
+              f"see above); the others are in {out}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -99,8 +99,16 @@ def test_bad_sources_fail_clearly(run, tmp_path, monkeypatch, capsys, data_home)
         raise ConnectionError("Couldn't reach the hub")
 
     monkeypatch.setattr(datasets, "_hub_load", offline)
-    err = _error(capsys, ["eval", str(run), "--dataset", "wikitext103", "--dataset", "shakespeare"])
-    assert "wikitext-103-raw-v1" in err and "point at local files" in err
+    assert "wikitext-103-raw-v1" in _error(capsys, ["eval", str(run), "--dataset", "wikitext103"])
+    # several sources: the one that fails is named, the others are still scored and written (exit 2)
+    out = tmp_path / "zs.json"
+    assert main(["eval", str(run), "--dataset", "wikitext103", "--dataset", "shakespeare", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "seqdiff eval: wikitext103/test: dataset 'wikitext103'" in err and "point at local files" in err
+    assert "1 of 2 sources could not be scored (wikitext103/test" in err
+    assert [r["dataset"] for r in json.loads(out.read_text())["results"]] == ["shakespeare/test"]
+    err = _error(capsys, ["eval", str(run), "--dataset", "wikitext103", "--dataset", "ptb"])  # none: one error
+    assert "no source could be scored (wikitext103/test, ptb/test" in err
     assert "not in the data directory" in _error(capsys, ["eval", str(run), "--dataset", "austen"])
 
 
