@@ -20,9 +20,16 @@ class NetworkAttempt(AssertionError):
 def hf_cache(tmp_path, monkeypatch):
     """An empty `datasets` cache and data directory of this test; no offline switch from the environment."""
     import datasets as hf_datasets
+    import huggingface_hub.constants as hconstants
 
     for name in hub.OFFLINE_ENV:
         monkeypatch.delenv(name, raising=False)
+    # the libraries read those variables once, at import: a test that imported them with one set (in this test
+    # process, earlier) would leave them offline for good
+    for module, name in ((hf_datasets.config, "HF_HUB_OFFLINE"), (hf_datasets.config, "HF_DATASETS_OFFLINE"),
+                         (hconstants, "HF_HUB_OFFLINE")):
+        if hasattr(module, name):
+            monkeypatch.setattr(module, name, False)
     monkeypatch.setenv("SEQDIFF_DATA", str(tmp_path / "data"))
     cache = tmp_path / "hf-datasets"
     monkeypatch.setattr(hf_datasets.config, "HF_DATASETS_CACHE", cache)
