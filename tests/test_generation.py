@@ -324,3 +324,51 @@ def test_infill_intervals_mask_exactly_their_positions_and_keep_the_rest():
                                                                given=given).tokens
         kept = given >= 0
         assert torch.equal(x[:, kept], given[kept].expand(4, -1)) and not (x == MASK).any() and (x < V).all()
+
+
+# ------------------------------------------------------------------------------------------- special ids
+class SpecialNet(TinyNet):
+    """A denoiser that puts most of its mass on BOS, EOS and PAD (an undertrained model's habit)."""
+
+    def forward(self, input_ids, noise_level=None, attention_mask=None, kv_cache=None):
+        logits = super().forward(input_ids)
+        specials = torch.tensor([TOK.bos_id, TOK.eos_id, TOK.pad_id])
+        return logits.index_add(-1, specials, torch.full((*logits.shape[:-1], 3), 4.0))
+
+
+def _dit(seq_len, seed=0):
+    torch.manual_seed(seed)
+    net = build_backbone(from_dict(ModelConfig, {"preset": "test", "max_seq_len": seq_len}), vocab_size=V,
+                         causal=False).eval()
+    with torch.no_grad():  # random weights: roughly uniform, so 3 of 7 ids are specials
+        for p in net.parameters():
+            p.add_(0.5 * torch.randn_like(p))
+    return net
+
+
+@pytest.mark.parametrize("sampler", ["ancestral", "cached", "first_hitting", "remdm", "confidence"])
+@pytest.mark.parametrize("net", ["special", "dit"])
+def test_samples_hold_no_special_token_they_have_no_place_for(sampler, net):
+    """PAD (never a training target) is never generated; inside an infill neither are BOS and EOS, so the
+    decoded text lines up with its template; a model whose data held no specials (a text stream) generates
+    none; the restriction ends with the generation (the loss never sees it). The real DiT takes the sparse
+    output head (x_theta only at the masked positions), the toy net the full one."""
+    from seqdiff.config import DataConfig, SampleConfig, TextDataConfig
+    from seqdiff.evaluation.generate import generate, given_from_infill
+
+    L = 16
+    backbone = SpecialNet(L) if net == "special" else _dit(L)
+    method = _mdlm()
+    model = _loaded(backbone, method, L)
+    cfg = SampleConfig(sampler=sampler, steps=8, num_samples=6, batch_size=6, seed=0)
+    specials = torch.tensor([TOK.bos_id, TOK.eos_id, TOK.pad_id])
+    free = generate(model, cfg)
+    held = torch.stack(free.tokens)
+    assert not (held == TOK.pad_id).any() and torch.isin(held, specials).any()  # BOS / EOS: documents, maybe
+    template = "ab____cabc__ab_c"
+    out = generate(model, cfg, given=given_from_infill(TOK, template))
+    assert not torch.isin(torch.stack(out.tokens), specials).any()
+    assert all(len(t) == L and all(a == b for a, b in zip(template, t) if a != "_") for t in out.texts)
+    model.data_config = DataConfig(text=TextDataConfig(block_mode="stream"))
+    assert not torch.isin(torch.stack(generate(model, cfg).tokens), specials).any()
+    assert method.never_sampled == ()

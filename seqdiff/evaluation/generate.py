@@ -6,12 +6,15 @@
   build it from text. Infill placeholders: `_` for character models, `N` for DNA (so N cannot be given as a
   base), `_` for BPE models, where each `_` is one masked token; or explicit intervals of token positions
   (`parse_intervals`: "10-20,40-55", 0-based, end exclusive) masked in a given sequence.
+- Special ids: diffusion samples hold no PAD, and no BOS / EOS where they have no place (`never_generated`:
+  x_theta renormalized without them while sampling, `MDLM.sampling_without`).
 - Variable length: with `stop_at_eos` each sample is cut at its first EOS (EOS and what follows dropped);
   `Generation.lengths` holds the lengths and `length_distribution` summarizes them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import re
 import time
 from dataclasses import dataclass
@@ -134,6 +137,23 @@ def length_distribution(lengths: list[int]) -> dict[str, float]:
 
 
 @torch.no_grad()
+def never_generated(model: LoadedModel, cfg: SampleConfig, given: torch.Tensor | None) -> set[int]:
+    """Special ids a diffusion sample has no place for: PAD (filler, never a training target) always; BOS and
+    EOS when the model's data never held them (DNA windows, text streams); BOS, and EOS unless sample.stop_at_eos
+    asks for it, when conditioning on given tokens (inside an infill or after a prompt). A model trained on
+    documents (wrapped, packed, padded rows), or one that records no data, keeps BOS / EOS unconditionally."""
+    tok = model.tokenizer
+    data = model.data_config
+    ids = {tok.pad_id}
+    if data is not None and (data.kind != "text" or data.text.block_mode == "stream"):
+        ids |= {tok.bos_id, tok.eos_id}
+    if given is not None:
+        ids.add(tok.bos_id)
+        if not cfg.stop_at_eos:
+            ids.add(tok.eos_id)
+    return ids
+
+
 def generate(model: LoadedModel, cfg: SampleConfig, progress: bool = False,
              given: torch.Tensor | None = None, sampler_options: dict | None = None) -> Generation:
     """`cfg.num_samples` sequences in batches of `cfg.batch_size`, all draws from one seeded generator.
@@ -169,17 +189,19 @@ def generate(model: LoadedModel, cfg: SampleConfig, progress: bool = False,
         from tqdm import tqdm
 
         batches = tqdm(batches, desc=f"sample ({sampler.name})", unit="batch")
-    for first in batches:
-        n = min(cfg.batch_size, cfg.num_samples - first)
-        g = None if given is None else (given if given.ndim == 1 else given[first : first + n])
-        if semi_ar:
-            out = generate_semi_ar(sampler, n, seq_len, block_len, overlap, generator, given=g)
-        elif g is not None:
-            out = sampler.generate(n, seq_len, generator, given=g)
-        else:
-            out = sampler.generate(n, seq_len, generator)
-        tokens.extend(out.tokens.cpu())
-        calls += out.num_denoiser_calls
+    restrict = getattr(model.method, "sampling_without", None)  # MDLM family: x_theta without specials
+    with restrict(never_generated(model, cfg, given)) if restrict else contextlib.nullcontext():
+        for first in batches:
+            n = min(cfg.batch_size, cfg.num_samples - first)
+            g = None if given is None else (given if given.ndim == 1 else given[first : first + n])
+            if semi_ar:
+                out = generate_semi_ar(sampler, n, seq_len, block_len, overlap, generator, given=g)
+            elif g is not None:
+                out = sampler.generate(n, seq_len, generator, given=g)
+            else:
+                out = sampler.generate(n, seq_len, generator)
+            tokens.extend(out.tokens.cpu())
+            calls += out.num_denoiser_calls
     seconds = time.perf_counter() - start
     if cfg.stop_at_eos:
         tokens = [truncate_at_eos(t, model.tokenizer.eos_id) for t in tokens]

@@ -55,7 +55,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 
 import torch
 import torch.nn.functional as F
@@ -224,6 +225,8 @@ class MDLM(Method):
         """(flat positions of the masked tokens (N,), their SUBS logits (N, V), MASK at -inf): the sparse head."""
         index = self.masked_positions(xt)
         logits = backbone(xt, noise_level=self.noise_level(t), output_index=index, exclude_id=self.mask_id, **kwargs)
+        if self.never_sampled:  # generating: see sampling_without
+            logits = logits.index_fill(-1, torch.tensor(self.never_sampled, device=logits.device), NEG_INF)
         return index, logits
 
     def masked_share(self) -> float:
@@ -245,8 +248,28 @@ class MDLM(Method):
         return self.schedule.sigma(t)
 
     def subs_logits(self, logits: Tensor) -> Tensor:
-        """Zero mask probability: the MASK logit becomes -inf before normalization."""
-        return logits.index_fill(-1, torch.tensor([self.mask_id], device=logits.device), NEG_INF)
+        """Zero mask probability: the MASK logit becomes -inf before normalization (and, while generating, the
+        logits of `never_sampled`)."""
+        ids = [self.mask_id, *self.never_sampled]
+        return logits.index_fill(-1, torch.tensor(ids, device=logits.device), NEG_INF)
+
+    never_sampled: tuple[int, ...] = ()
+    """Ids x_theta gives probability 0 while `sampling_without` holds: generation only (the loss and every
+    likelihood run outside it)."""
+
+    @contextlib.contextmanager
+    def sampling_without(self, ids: set[int]) -> Iterator[None]:
+        """Generate with x_theta's mass on `ids` moved to the other tokens (renormalized): special tokens a
+        sample has no place for (PAD, never a training target; BOS / EOS inside an infill or in a model whose
+        data never held them), which an undertrained model still gives mass and decoding would drop, leaving
+        samples shorter than asked and infills out of line with their text. The MDLM reference sampler removes
+        only MASK; for a model whose data never held these ids the two agree in the limit of training."""
+        saved = self.never_sampled
+        self.never_sampled = tuple(sorted(set(ids) - {self.mask_id}))
+        try:
+            yield
+        finally:
+            self.never_sampled = saved
 
     def subs_log_probs(self, logits: Tensor, xt: Tensor) -> Tensor:
         """Full SUBS log x_theta(x_t): (B, L, V); unmasked positions are a one-hot on their token."""
@@ -340,7 +363,9 @@ class MDLM(Method):
             probs.view(-1, logits.shape[-1])[index] = probs_from_logits(logits, temperature)
             return probs
         logits = backbone(xt, noise_level=self.noise_level(t))
-        if not self.subs:
+        if not self.subs:  # the model's own MASK probability; generating, none on never_sampled
+            if self.never_sampled:
+                logits = logits.index_fill(-1, torch.tensor(self.never_sampled, device=logits.device), NEG_INF)
             return probs_from_logits(logits, temperature)
         return probs_from_logits(self.subs_logits(logits), temperature)
 
