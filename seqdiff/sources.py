@@ -46,6 +46,16 @@ def data_dir() -> Path:
     return Path(root).expanduser() if root else Path.home() / ".cache" / "seqdiff" / "data"
 
 
+def expand_data_path(path: str | Path) -> Path:
+    """A path as a recipe writes it: `$SEQDIFF_DATA` (or `${SEQDIFF_DATA}`) is the data directory whether or not
+    the variable is set (so a recipe naming `$SEQDIFF_DATA/grch37-chr20/20.fa.gz` finds what `seqdiff data fetch`
+    put there); other variables and `~` are expanded as the shell would."""
+    text = str(path)
+    for form in ("${" + DATA_DIR_ENV + "}", "$" + DATA_DIR_ENV):
+        text = text.replace(form, str(data_dir()))
+    return Path(os.path.expandvars(text)).expanduser()
+
+
 @dataclass(frozen=True)
 class SourceFile:
     """One file taken out of a package."""
@@ -369,6 +379,7 @@ __all__ = [
     "Source",
     "SourceFile",
     "data_dir",
+    "expand_data_path",
     "get_source",
     "is_present",
     "list_sources",

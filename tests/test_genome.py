@@ -623,3 +623,23 @@ def test_a_fasta_with_a_non_ascii_byte_names_its_line_and_column(tmp_path):
     path.write_bytes(b">chr1\nACGTACGT\nACGTACGT\nACGT\xe9CGT\nACGT\n")
     with pytest.raises(G.GenomeError, match=r"latin.fa: line 4, column 5: byte 0xe9 is not ASCII"):
         G.open_fasta(path)
+
+
+def test_recipe_paths_under_the_data_directory_follow_seqdiff_data(tmp_path, monkeypatch):
+    """`$SEQDIFF_DATA/...` in a FASTA path is the data directory whether or not the variable is set, so the
+    shipped DNA recipes find a fetched genome under a custom data directory and under the default one."""
+    from seqdiff.sources import expand_data_path
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("SEQDIFF_DATA", raising=False)
+    default = tmp_path / "home" / ".cache" / "seqdiff" / "data"
+    assert expand_data_path("$SEQDIFF_DATA/g/20.fa.gz") == default / "g" / "20.fa.gz"
+    assert expand_data_path("${SEQDIFF_DATA}/x.fa") == default / "x.fa"
+    assert expand_data_path("~/.cache/seqdiff/data/x.fa") == default / "x.fa"
+    monkeypatch.setenv("SEQDIFF_DATA", str(tmp_path / "custom"))
+    (tmp_path / "custom" / "g").mkdir(parents=True)
+    write_fasta(tmp_path / "custom" / "g" / "toy.fa", {"chrT": "ACGT" * 30})
+    handle = G.open_fasta("$SEQDIFF_DATA/g/toy.fa")
+    assert handle.sequence("chrT", 0, 8) == "ACGTACGT"
+    for recipe in Path("configs").glob("dna_chr20_cpu_*.yaml"):  # the shipped recipes use the form
+        assert load_run_config(str(recipe), []).data.fasta.path.startswith("$SEQDIFF_DATA/"), recipe

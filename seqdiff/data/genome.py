@@ -47,6 +47,7 @@ from torch.utils.data import Dataset
 from seqdiff.data.blocks import StepIndexedBatches, step_generator
 from seqdiff.errors import SeqdiffError
 from seqdiff.safe_io import atomic_write
+from seqdiff.sources import expand_data_path
 from seqdiff.tokenizers.nucleotide import IUPAC_AMBIGUOUS, NucleotideTokenizer
 
 log = logging.getLogger(__name__)
@@ -349,7 +350,7 @@ def indexable_copy(path: Path, reason: str) -> Path:
 def open_fasta(path: str | Path) -> FastaHandle:
     """Open (and index when needed) a plain or bgzip FASTA; refuses truncated files and bad indexes. A plain
     gzip file, or a FASTA whose lines vary in length, is read through an indexable copy (`indexable_copy`)."""
-    path = Path(os.path.expandvars(str(path))).expanduser()  # recipes may say ~/... or $SEQDIFF_DATA/...
+    path = expand_data_path(path)  # recipes may say ~/... or $SEQDIFF_DATA/... (set or not)
     try:
         return _open_indexed(path)
     except PlainGzip:
