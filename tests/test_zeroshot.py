@@ -110,6 +110,9 @@ def test_bad_sources_fail_clearly(run, tmp_path, monkeypatch, capsys, data_home)
     err = _error(capsys, ["eval", str(run), "--dataset", "wikitext103", "--dataset", "ptb"])  # none: one error
     assert "no source could be scored (wikitext103/test, ptb/test" in err
     assert "not in the data directory" in _error(capsys, ["eval", str(run), "--dataset", "austen"])
+    # a corpus not fetched is refused before the model is loaded or any other source scored (no file written)
+    err = _error(capsys, ["eval", str(tmp_path / "no.ckpt"), "--data", FIXTURE, "--dataset", "austen"])
+    assert "corpus 'austen' is not in the data directory" in err and "seqdiff data fetch austen" in err
 
 
 def test_per_batch_nlls_are_the_draws_the_evaluation_sums(run):

@@ -78,6 +78,8 @@ def _dataset_source(value: str, split: str) -> EvalSource:
         raise DatasetError(f"--dataset {value}: split {chosen!r} is unknown; choose one of {list(SPLITS)}")
     if name in BUILTIN_CORPORA:
         corpus_split_path(name, chosen)
+    elif name in DATASETS and hasattr(DATASETS[name], "files"):
+        DATASETS[name].files(chosen)  # a corpus `seqdiff data fetch` provides: not fetched is said before any work
     elif name not in DATASETS:
         raise DatasetError(f"--dataset {value}: unknown dataset {name!r}; known datasets: "
                            f"{', '.join(sorted(DATASETS))}; builtin corpora: {', '.join(sorted(BUILTIN_CORPORA))} "
