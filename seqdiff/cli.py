@@ -455,17 +455,21 @@ def cmd_quickstart(args: argparse.Namespace) -> int:
     from seqdiff.training.run import TrainingInterrupted
 
     o: QuickstartOptions = args.quickstart
+    again = ["seqdiff", "quickstart", "--out", o.out, "--run-dir", o.run_dir]  # without --overwrite: it resumes
+    again += ["--max-steps", str(o.max_steps)] if o.max_steps is not None else []
+    again += ["--seed", str(o.seed)] if o.seed is not None else []
     try:
         run_quickstart(out_dir=o.out, run_root=o.run_dir, max_steps=o.max_steps, overwrite=o.overwrite,
                        seed=o.seed)
-    except TrainingInterrupted as stop:  # the same command resumes (without --overwrite, which would restart)
-        again = ["seqdiff", "quickstart", "--out", o.out, "--run-dir", o.run_dir]
-        again += ["--max-steps", str(o.max_steps)] if o.max_steps is not None else []
-        again += ["--seed", str(o.seed)] if o.seed is not None else []
+    except TrainingInterrupted as stop:
         print(f"seqdiff quickstart: stopped by {signal.Signals(stop.signum).name} at step {stop.step} of "
               f"{stop.run_dir}; checkpoint of step {stop.step} saved: {stop.checkpoint}; continue with: "
               f"{shlex.join(again)}", file=sys.stderr)
         return stop.exit_status
+    except KeyboardInterrupt:  # Ctrl-C between trainings (evaluating, sampling, writing): finished runs are kept
+        print(f"seqdiff quickstart: interrupted; finished runs are kept and reused; continue with: "
+              f"{shlex.join(again)}", file=sys.stderr)
+        return 130
     return 0
 
 

@@ -152,3 +152,19 @@ def test_the_summary_says_why_a_run_trained_in_float32():
         "float32 (train.precision=bf16-if-native: this machine does not multiply bf16 natively)")
     assert qs._precision({"config": {"train": {"precision": "32"}}, "precision": "32-true"}) == (
         "float32 (train.precision=32)")  # asked for: no reason to give
+
+
+def test_ctrl_c_between_trainings_names_the_command_that_goes_on(tmp_path, capsys, monkeypatch):
+    """Ctrl-C outside a training step (while evaluating or sampling) exits 130 naming the same command, which
+    reuses the finished runs (a stop inside a training step prints its checkpoint as well)."""
+    import seqdiff.quickstart
+
+    def interrupted(**kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(seqdiff.quickstart, "run_quickstart", interrupted)
+    out, runs = tmp_path / "report", tmp_path / "runs"
+    assert main(["quickstart", "--out", str(out), "--run-dir", str(runs), "--seed", "3"]) == 130
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "finished runs are kept and reused" in err
+    assert f"continue with: seqdiff quickstart --out {out} --run-dir {runs} --seed 3" in err
