@@ -181,6 +181,12 @@ def test_a_model_with_local_structure_exports_with_its_weights(tmp_path, local):
     assert all(hf.config.model[key] == value for key, value in local.items())
 
 
+def _umask() -> int:
+    umask = os.umask(0)
+    os.umask(umask)
+    return umask
+
+
 def test_cli_export_and_bad_input(runs, exported, tmp_path, capsys):
     out = tmp_path / "cli-export"
     assert main(["export", str(runs / "ar"), str(out), "--no-ema"]) == 0
@@ -195,7 +201,12 @@ def test_cli_export_and_bad_input(runs, exported, tmp_path, capsys):
         return err
 
     assert "--overwrite" in error(["export", str(runs / "ar"), str(out)])
+    (out / "eval").mkdir()
+    (out / "eval" / "test.json").write_text("{}")
     assert main(["export", str(runs / "ar"), str(out), "--overwrite"]) == 0
+    assert "removes what was added to it too: eval" in capsys.readouterr().err
+    assert {p.name: p.stat().st_mode & 0o777 for p in out.iterdir()}["model.safetensors"] == \
+        0o666 & ~_umask()  # the weights are as readable as the rest of the export
     # --overwrite replaces an earlier export, never a folder of other files
     other = tmp_path / "my-files"
     other.mkdir()

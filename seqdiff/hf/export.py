@@ -28,6 +28,8 @@ export never leaves a half-written OUT_DIR.
 from __future__ import annotations
 
 import json
+import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -140,7 +142,22 @@ def write_export(out_dir: str | Path, state_dict: dict[str, torch.Tensor], model
         tokenizer.save_pretrained(tmp)
         write_hf_tokenizer(tokenizer, tmp, model_max_length=seq_len)  # AutoTokenizer loads the directory
         (tmp / MODELING_FILE).write_text(MODELING_SHIM)
+        _readable_as_umask_says(tmp)
+        extra = sorted(set(os.listdir(out)) - set(os.listdir(tmp))) if out.is_dir() else []
+        if extra:  # --overwrite of an earlier export: what goes with it (its eval/ results) is said, not silent
+            print(f"seqdiff export: {out}: replacing the earlier export removes what was added to it too: "
+                  f"{', '.join(extra)}", file=sys.stderr)
     return out
+
+
+def _readable_as_umask_says(folder: Path) -> None:
+    """Give every file the mode the user's umask asks for: safetensors writes its file 0600, which would keep
+    the weights of a shared export unreadable to the others who can read the rest of it."""
+    umask = os.umask(0)
+    os.umask(umask)
+    for path in folder.rglob("*"):
+        if path.is_file():
+            path.chmod(0o666 & ~umask)
 
 
 def _check_destination(out: Path, overwrite: bool, source: Path | None) -> None:
