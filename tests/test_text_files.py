@@ -71,6 +71,21 @@ def test_missing_file(tmp_path):
 def test_directory(tmp_path):
     (tmp_path / "dir.txt").mkdir()
     assert_error(tmp_path / "dir.txt", "directory")
+    (tmp_path / "corpus").mkdir()  # no suffix: still "a directory", not "an unsupported file type"
+    assert_error(tmp_path / "corpus", "is a directory, not a file")
+
+
+def test_a_binary_file_named_txt_is_refused_naming_the_nul_byte(tmp_path):
+    """NUL bytes mark a binary file; read as text, normalization would make it a few spaces and a bits-per-
+    character figure of nothing. Both readers (whole file, and streamed in blocks for the cache) refuse it."""
+    from seqdiff.data.streaming import iter_text
+
+    (tmp_path / "bin.txt").write_bytes(b"header" + bytes(100_000))
+    assert_error(tmp_path / "bin.txt", "a NUL byte at byte offset 6 of the file: a binary file")
+    write_gz(tmp_path / "bin.txt.gz", b"abc" + bytes(10))
+    assert_error(tmp_path / "bin.txt.gz", "byte offset 3 of the decompressed text")
+    with pytest.raises(DataFileError, match="a NUL byte at byte offset 6 of the file"):
+        list(iter_text(tmp_path / "bin.txt", read_bytes=4))
 
 
 @pytest.mark.parametrize("content", [b"", b"   \n\t\n  "])
@@ -128,7 +143,8 @@ def test_gzip_with_damaged_body(tmp_path):
 
 def test_jsonl_line_not_json(tmp_path):
     (tmp_path / "d.jsonl").write_text('{"text": "ok"}\n\n{"text": broken}\n', encoding="utf-8")
-    assert_error(tmp_path / "d.jsonl", "line 3", "not valid JSON")
+    message = assert_error(tmp_path / "d.jsonl", "line 3", "not valid JSON")
+    assert "at at" not in message and ", column 10" in message
 
 
 def test_jsonl_line_without_text_key(tmp_path):

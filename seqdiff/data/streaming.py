@@ -50,6 +50,7 @@ from seqdiff.data.text_files import (
     _file_kind,
     iter_parquet_documents,
     jsonl_document,
+    refuse_nul,
     require_file,
     split_documents,
 )
@@ -109,6 +110,8 @@ def _decoded(path: Path, read_bytes: int) -> Iterator[str]:
     offset = 0
     for block in itertools.chain(_byte_blocks(path, read_bytes), [None]):
         pending = len(decoder.getstate()[0])  # bytes of a character cut by the previous block
+        if block:
+            refuse_nul(path, block, offset, _file_kind(path) == "txt.gz")
         try:
             text = decoder.decode(block or b"", final=block is None)
         except UnicodeDecodeError as e:

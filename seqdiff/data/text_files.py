@@ -205,6 +205,8 @@ def load_manifest(name: str) -> dict:
 
 
 def _file_kind(path: Path) -> str:
+    if path.is_dir():  # before its name: a folder called "corpus" is not an "unsupported file type"
+        raise DataFileError(f"{path}: is a directory, not a file")
     name = path.name.lower()
     for kind in ("txt.gz", "txt", "jsonl", "parquet"):
         if name.endswith("." + kind):
@@ -239,7 +241,17 @@ def _gunzip(path: Path, raw: bytes) -> bytes:
         raise DataFileError(f"{path}: corrupt gzip data ({e})") from e
 
 
+def refuse_nul(path: Path, raw: bytes, offset: int, decompressed: bool) -> None:
+    """A NUL byte (never part of a UTF-8 character other than NUL itself) marks a binary file: refused, naming
+    its offset, instead of being read as text that normalization would turn into a few spaces."""
+    at = raw.find(b"\x00")
+    if at >= 0:
+        where = "of the decompressed text" if decompressed else "of the file"
+        raise DataFileError(f"{path}: a NUL byte at byte offset {offset + at} {where}: a binary file, not text")
+
+
 def _decode_utf8(path: Path, raw: bytes, *, decompressed: bool) -> str:
+    refuse_nul(path, raw, 0, decompressed)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -265,7 +277,7 @@ def jsonl_document(path: Path, number: int, line: str) -> str | None:
         record = json.loads(line)
     except json.JSONDecodeError as e:
         raise DataFileError(
-            f"{path}: line {number} is not valid JSON ({e.msg} at column {e.colno})"
+            f"{path}: line {number} is not valid JSON ({e.msg}, column {e.colno})"
         ) from e
     if not isinstance(record, dict) or "text" not in record:
         found = (
