@@ -489,6 +489,33 @@ def test_default_sampler_is_analytic():
     assert isinstance(build_sampler(None, sedd(), TimedNet(4), steps=2), SEDDAnalyticSampler)
 
 
+@pytest.mark.parametrize("sampler", ["analytic", "euler"])
+@pytest.mark.parametrize("graph", GRAPHS)
+def test_samples_hold_no_special_token_they_have_no_place_for(graph, sampler):
+    """As for MDLM (tests/test_generation.py): a score model that favours BOS / EOS / PAD never lands on PAD,
+    nor inside an infill on BOS / EOS, and the restriction ends with the generation."""
+    from seqdiff.checkpoint import LoadedModel
+    from seqdiff.config import SampleConfig
+    from seqdiff.evaluation.generate import generate, given_from_infill
+
+    class SpecialNet(TimedNet):
+        def forward(self, input_ids, noise_level=None, attention_mask=None, kv_cache=None):
+            logits = super().forward(input_ids, noise_level)
+            specials = torch.tensor([TOK.bos_id, TOK.eos_id, TOK.pad_id])
+            return logits.index_add(-1, specials, torch.full((*logits.shape[:-1], 3), 3.0))
+
+    method, L = sedd(graph), 12
+    model = LoadedModel(backbone=SpecialNet(L), method=method, tokenizer=TOK, model_config=None, method_config=None,
+                        data_config=None, seq_len=L, step=0, path=None, ema=False)
+    cfg = SampleConfig(sampler=sampler, steps=8, num_samples=8, batch_size=8, seed=0)
+    assert not (torch.stack(generate(model, cfg).tokens) == PAD).any()
+    template = "ab___cab__ca"
+    out = generate(model, cfg, given=given_from_infill(TOK, template))
+    held = torch.stack(out.tokens)
+    assert not torch.isin(held, torch.tensor([TOK.bos_id, TOK.eos_id, PAD, MASK])).any()
+    assert all(len(t) == L for t in out.texts) and method.never_sampled == ()
+
+
 # ---------------------------------------------------------------------------------------- end to end
 
 

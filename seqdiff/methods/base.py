@@ -8,7 +8,9 @@ attention inside each document, and scores every token once, within its own docu
 
 from __future__ import annotations
 
+import contextlib
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -97,6 +99,25 @@ class Method(ABC):
         self.pad_id = tokenizer.pad_id
         self.bos_id = tokenizer.bos_id
         self.eos_id = tokenizer.eos_id
+
+    never_sampled: tuple[int, ...] = ()
+    """Ids a reverse step gives probability 0 while `sampling_without` holds: generation only (the loss and every
+    likelihood run outside it). MDLM's x_theta (subs_logits, the sparse head) and SEDD's step probabilities read
+    it; the AR sampler has its own rule (MASK and PAD)."""
+
+    @contextlib.contextmanager
+    def sampling_without(self, ids: set[int]) -> Iterator[None]:
+        """Generate with the mass on `ids` moved to the other tokens (renormalized): special tokens a
+        sample has no place for (PAD, never a training target; BOS / EOS inside an infill or in a model whose
+        data never held them), which an undertrained model still gives mass and decoding would drop, leaving
+        samples shorter than asked and infills out of line with their text. The MDLM reference sampler removes
+        only MASK; for a model whose data never held these ids the two agree in the limit of training."""
+        saved = self.never_sampled
+        self.never_sampled = tuple(sorted(set(ids) - {self.mask_id}))
+        try:
+            yield
+        finally:
+            self.never_sampled = saved
 
     def head_share(self, backbone: nn.Module) -> float:
         """Expected share of the positions at which `loss` runs the backbone's output head (for FLOP counts)."""

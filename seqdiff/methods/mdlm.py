@@ -55,8 +55,7 @@
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -252,24 +251,6 @@ class MDLM(Method):
         logits of `never_sampled`)."""
         ids = [self.mask_id, *self.never_sampled]
         return logits.index_fill(-1, torch.tensor(ids, device=logits.device), NEG_INF)
-
-    never_sampled: tuple[int, ...] = ()
-    """Ids x_theta gives probability 0 while `sampling_without` holds: generation only (the loss and every
-    likelihood run outside it)."""
-
-    @contextlib.contextmanager
-    def sampling_without(self, ids: set[int]) -> Iterator[None]:
-        """Generate with x_theta's mass on `ids` moved to the other tokens (renormalized): special tokens a
-        sample has no place for (PAD, never a training target; BOS / EOS inside an infill or in a model whose
-        data never held them), which an undertrained model still gives mass and decoding would drop, leaving
-        samples shorter than asked and infills out of line with their text. The MDLM reference sampler removes
-        only MASK; for a model whose data never held these ids the two agree in the limit of training."""
-        saved = self.never_sampled
-        self.never_sampled = tuple(sorted(set(ids) - {self.mask_id}))
-        try:
-            yield
-        finally:
-            self.never_sampled = saved
 
     def subs_log_probs(self, logits: Tensor, xt: Tensor) -> Tensor:
         """Full SUBS log x_theta(x_t): (B, L, V); unmasked positions are a one-hot on their token."""

@@ -64,6 +64,8 @@ class SEDDAnalyticSampler(Sampler):
             s = grid[i + 1].expand(batch_size)
             log_score = method.log_score(self.backbone, x, t)  # (B, L, V) float64
             probs = self.step_probs(log_score, x, t, s, final=i == self.steps - 1)
+            if method.never_sampled:  # generating without specials that have no place (Method.sampling_without)
+                probs = probs.index_fill(-1, torch.tensor(method.never_sampled, device=probs.device), 0.0)
             x = sample_categorical(probs, generator)
             if fixed is not None:
                 x = torch.where(fixed, given, x)
