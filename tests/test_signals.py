@@ -127,3 +127,31 @@ def test_ctrl_c_in_seqdiff_train_exits_130_and_names_the_step(tmp_path, monkeypa
     assert len(line) == 1, err[-3000:]
     assert f"continue with: seqdiff train --run-dir {run} --resume " in line[0]
     assert _state(run / "checkpoints" / "last.ckpt")[0] == 3
+
+
+def test_a_second_signal_exits_at_once_leaving_no_lock_and_no_partial_file(tmp_path, monkeypatch):
+    """Ctrl-C twice: exit 130 at once, without saving, but the run's lock is released and a half-written
+    checkpoint removed first (the next trainer found both and had to take them over)."""
+    import seqdiff.training.guards as guards
+
+    class HardExit(BaseException):
+        pass
+
+    run, seen = tmp_path / "run", {}
+
+    def exit_now(code):  # os._exit, observed: what the directory holds when the process would be gone
+        seen.update(code=code, lock=(run / LOCK_NAME).exists(), tmp=sorted(run.rglob("*.tmp")))
+        raise HardExit
+
+    class Twice(L.Callback):
+        def on_train_batch_end(self, trainer, *args):
+            if trainer.global_step == 2:
+                (run / "checkpoints").mkdir(parents=True, exist_ok=True)
+                (run / "checkpoints" / "step2.ckpt.tmp").write_bytes(b"half a checkpoint")
+                os.kill(os.getpid(), signal.SIGINT)
+                os.kill(os.getpid(), signal.SIGINT)
+
+    monkeypatch.setattr(guards.os, "_exit", exit_now)
+    with pytest.raises(HardExit):
+        train(load_run_config(None, [*RECIPE, "train.max_steps=10"]), run, extra_callbacks=[Twice()])
+    assert seen == {"code": 130, "lock": False, "tmp": []}

@@ -26,6 +26,7 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -68,6 +69,9 @@ class SignalGuard:
         self.signum: int | None = None
         self._previous: dict[int, Any] = {}
         self.step_saved: str = "the last checkpoint"
+        self.at_hard_exit: list[Callable[[], None]] = []
+        """Run before the second signal's immediate exit (the run's lock released, half-written files removed),
+        so that exiting without saving leaves nothing for the next trainer to clean up."""
 
     def install(self) -> None:
         """(Re)install the handlers: in the main thread only (signal handlers cannot be set elsewhere)."""
@@ -91,6 +95,11 @@ class SignalGuard:
         if self.signum is not None:  # the second request: stop now
             print(f"seqdiff train: {name} again: stopping now without saving; {self.step_saved} is what "
                   f"--resume continues from", file=sys.stderr, flush=True)
+            for cleanup in self.at_hard_exit:
+                try:
+                    cleanup()
+                except Exception:  # noqa: BLE001  (exiting anyway: a failed cleanup must not keep the process)
+                    pass
             os._exit(128 + signum)
         self.signum = signum
         print(f"seqdiff train: {name} received: a checkpoint of the current step is written when it ends, then "

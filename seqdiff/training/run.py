@@ -423,6 +423,7 @@ def train(config: RunConfig, run_dir: str | Path, resume: bool = False,
     if rank_zero_only.rank == 0:  # the other processes of a multi-process run re-run this function
         ensure_dir(run_dir, "run directory")
         lock.acquire()  # one trainer per run directory
+        guard.at_hard_exit.append(lambda: (_remove_partial_files(run_dir), lock.release()))
     try:
         if rank_zero_only.rank == 0:
             _remove_partial_files(run_dir)
