@@ -12,6 +12,8 @@ from typing import Any
 import lightning as L
 import torch
 
+from seqdiff.bench.profile import profiler_lines_dropped
+
 
 class StepTimer(L.Callback):
     """Wall time of each training batch (start to end, device synchronized)."""
@@ -56,7 +58,8 @@ class StepProfiler(L.Callback):
         StepTimer._sync(pl_module)
         try:  # a profiler that cannot start (no CUPTI, say) costs the profile, never the measured run
             self._prof = profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else []))
-            self._prof.__enter__()
+            with profiler_lines_dropped():
+                self._prof.__enter__()
         except Exception as e:
             self._prof, self.summary = False, {"error": f"{type(e).__name__}: {e}"[:300]}
         self._t0 = time.perf_counter()
@@ -67,7 +70,8 @@ class StepProfiler(L.Callback):
         StepTimer._sync(pl_module)
         wall = time.perf_counter() - self._t0
         try:
-            self._prof.__exit__(None, None, None)
+            with profiler_lines_dropped():
+                self._prof.__exit__(None, None, None)
             self.summary = summarize_profile(self._prof, wall, pl_module.device.type == "cuda", self.top)
         except Exception as e:
             self.summary = {"error": f"{type(e).__name__}: {e}"[:300]}

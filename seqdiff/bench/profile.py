@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import os
+import sys
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -53,6 +56,22 @@ def _under_optimizer(evt: Any) -> bool:
     return False
 
 
+@contextlib.contextmanager
+def profiler_lines_dropped() -> Iterator[None]:
+    """Standard error (file descriptor 2) to /dev/null for the duration: torch's native profiler prints a
+    'USDT: ... profiler_start' / 'profiler_stop' line at every start and stop, which says nothing to a user.
+    Only wrap the start and the stop, never the measured work, so no real message is lost."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
 def profile_step(step: Callable[[], None], device: torch.device) -> dict[str, Any]:
     """One profiled training step: milliseconds per kind of operator, and the rate of the matmul kernels.
 
@@ -64,8 +83,14 @@ def profile_step(step: Callable[[], None], device: torch.device) -> dict[str, An
 
     cuda = device.type == "cuda"
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-    with profile(activities=activities, with_flops=True) as prof:
+    prof = profile(activities=activities, with_flops=True)
+    with profiler_lines_dropped():
+        prof.__enter__()
+    try:
         wall = timed(step, device)
+    finally:
+        with profiler_lines_dropped():
+            prof.__exit__(None, None, None)
     ms = dict.fromkeys(CATEGORIES, 0.0)
     matmul_flops = 0.0
     for evt in prof.events():
