@@ -120,6 +120,7 @@ def test_ar_samples_never_hold_mask_or_pad():
     a backbone that puts most of its mass on them: every drawn token is still a real one (or BOS / EOS)."""
     net, method = _ar_backbone(), AR(MethodConfig(name="ar"), TOK)
     never = [method.mask_id, method.pad_id]
+    favoured = [*never, method.bos_id, method.eos_id]
 
     class Favouring(torch.nn.Module):
         def __init__(self):
@@ -131,15 +132,25 @@ def test_ar_samples_never_hold_mask_or_pad():
 
         def forward(self, tokens, **kwargs):
             out = self.net(tokens, **kwargs).clone()
-            out[..., never] += 20.0
+            out[..., favoured] += 20.0
             return out
 
     bos = torch.full((64, 1), method.bos_id)
-    assert torch.softmax(Favouring()(bos)[:, -1].double(), -1)[:, never].sum(-1).min() > 0.9  # the test can fail
+    assert torch.softmax(Favouring()(bos)[:, -1].double(), -1)[:, favoured].sum(-1).min() > 0.9  # the test can fail
     for temperature, top_p in ((1.0, 1.0), (1.5, 0.9), (0.0, 1.0)):
         x = ARSampler(method, Favouring(), temperature=temperature, top_p=top_p).generate(
             64, 8, torch.Generator().manual_seed(0)).tokens
         assert not torch.isin(x, torch.tensor(never)).any()
+    # through generate(), for a model whose data held no specials (a text stream): no BOS / EOS either, so
+    # every sample decodes to the length asked for
+    from seqdiff.config import DataConfig, SampleConfig, TextDataConfig
+    from seqdiff.evaluation.generate import generate
+
+    model = _loaded(Favouring(), method, 8)
+    model.data_config = DataConfig(text=TextDataConfig(block_mode="stream"))
+    out = generate(model, SampleConfig(num_samples=64, batch_size=64, seed=0))
+    assert not torch.isin(torch.stack(out.tokens), torch.tensor(favoured)).any()
+    assert all(len(t) == 8 for t in out.texts) and method.never_sampled == ()
 
 
 # ------------------------------------------------------------------------------------------- top-p

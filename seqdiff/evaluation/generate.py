@@ -189,7 +189,7 @@ def generate(model: LoadedModel, cfg: SampleConfig, progress: bool = False,
         from tqdm import tqdm
 
         batches = tqdm(batches, desc=f"sample ({sampler.name})", unit="batch")
-    restrict = getattr(model.method, "sampling_without", None)  # MDLM family: x_theta without specials
+    restrict = getattr(model.method, "sampling_without", None)  # every method: no special without a place
     with restrict(never_generated(model, cfg, given)) if restrict else contextlib.nullcontext():
         for first in batches:
             n = min(cfg.batch_size, cfg.num_samples - first)

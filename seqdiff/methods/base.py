@@ -103,7 +103,7 @@ class Method(ABC):
     never_sampled: tuple[int, ...] = ()
     """Ids a reverse step gives probability 0 while `sampling_without` holds: generation only (the loss and every
     likelihood run outside it). MDLM's x_theta (subs_logits, the sparse head) and SEDD's step probabilities read
-    it; the AR sampler has its own rule (MASK and PAD)."""
+    it, and the AR sampler adds it to its own rule (MASK and PAD never)."""
 
     @contextlib.contextmanager
     def sampling_without(self, ids: set[int]) -> Iterator[None]:

@@ -46,7 +46,10 @@ class ARSampler(Sampler):
         cache = self.backbone.new_kv_cache(batch_size, seq_len, device=device)
         tokens = torch.full((batch_size, 1), self.method.bos_id, dtype=torch.long, device=device)  # (B, 1)
         out = torch.empty((batch_size, seq_len), dtype=torch.long, device=device)
-        never = torch.tensor(sorted({self.method.mask_id, self.method.pad_id}), device=device)
+        # MASK and PAD never; while `generate` asks (Method.sampling_without), also BOS / EOS where they have no
+        # place (DNA, text streams, after a prompt): decoding would drop them and shorten the sample
+        never = torch.tensor(sorted({self.method.mask_id, self.method.pad_id, *self.method.never_sampled}),
+                             device=device)
         for i in range(seq_len):
             logits = self.backbone(tokens, kv_cache=cache)[:, -1]  # (B, V)
             logits = logits.index_fill(-1, never, float("-inf"))  # before temperature and the nucleus filter
