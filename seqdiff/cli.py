@@ -268,12 +268,13 @@ def cmd_sample(args: argparse.Namespace) -> int:
                         model.tokenizer.vocab_size, o.device)
     oracle = reference = None
     if o.oracle:
-        from seqdiff.evaluation.metrics import load_oracle
+        from seqdiff.evaluation.metrics import check_oracle_fits, load_oracle
 
         try:
             oracle = load_oracle(o.oracle, device=o.device)
         except (OSError, ValueError, ImportError) as e:
             raise SamplerError(f"--oracle {o.oracle}: {e}") from e
+        check_oracle_fits(oracle, model.tokenizer, str(args.checkpoint))
     if o.reference:
         reference = _read_reference(o.reference)
     cfg = dataclasses.replace(o.sample_config(), seq_len=length,

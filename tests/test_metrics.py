@@ -312,3 +312,36 @@ def test_known_word_share_counts_whole_words_only():
     # first sample: 'b' is cut off (no trailing space) -> to, be, or, nxt, to; second: not, qq (ends in a space)
     assert n == 7 and share == pytest.approx(5 / 7)
     assert math.isnan(known_word_share(["onlyoneword"], vocab)[0])
+
+
+def test_an_oracle_that_reads_the_other_kind_of_sequence_is_refused(runs, capsys):
+    """A text AR run cannot give DNA samples a generative perplexity (nor a DNA one text): refused in one line by
+    sample --metrics and frontier; text against text passes whatever the two tokenizers."""
+    from types import SimpleNamespace
+
+    from seqdiff.errors import SeqdiffError
+    from seqdiff.evaluation.metrics import SeqdiffAROracle, check_oracle_fits
+    from seqdiff.tokenizers import CharTokenizer, NucleotideTokenizer
+
+    text_oracle = load_oracle(runs / "ar")
+    check_oracle_fits(text_oracle, CharTokenizer(), "a text model")  # text: fine
+    with pytest.raises(SeqdiffError, match=r"reads text \(char tokenizer\) but RUN generates DNA"):
+        check_oracle_fits(text_oracle, NucleotideTokenizer(), "RUN")
+    dna = SeqdiffAROracle(SimpleNamespace(method=SimpleNamespace(causal=True), tokenizer=NucleotideTokenizer(),
+                                          path="dna-ar"))
+    with pytest.raises(SeqdiffError, match=r"oracle dna-ar reads DNA \(nucleotide tokenizer\) but"):
+        check_oracle_fits(dna, CharTokenizer(), "RUN")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--steps", "4,x"], "--steps '4,x': give positive step counts"),
+    (["--steps", "4", "--num-samples", "3", "--batch-size", "2"], "--num-samples 3 must be a positive multiple"),
+])
+def test_frontier_bad_arguments_are_one_line(runs, tmp_path, capsys, argv, message):
+    out = tmp_path / "fr"
+    assert main(["frontier", "--checkpoint", str(runs / "mdlm"), "--oracle", str(runs / "ar"), "--out", str(out),
+                 *argv]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1 and not out.exists()
+    assert main(["frontier", "--checkpoint", str(runs / "mdlm"), "--out", str(out)]) == 2  # no --oracle
+    assert "give the models (--checkpoint, repeated) and the --oracle" in capsys.readouterr().err

@@ -299,6 +299,19 @@ def test_rows_a_scorer_does_not_handle_stay_in_the_output_unscored(genome, tmp_p
     assert json.loads(format_rows(rows, "json", {}))["variants"][2]["llr"] is None  # valid JSON (no NaN)
 
 
+def test_a_spreadsheet_csv_with_output_named_columns_keeps_them(genome, tmp_path):
+    """Excel's "CSV UTF-8" starts with a byte-order mark; an earlier score's table fed back holds llr / score
+    columns: the header is read, and those columns come back as input_<name> beside the new scores."""
+    P, chroms, fa = genome
+    seq = chroms["chrS1"]
+    alt = BASES[(BASES.index(seq[99]) + 1) % 4]
+    table = tmp_path / "excel.csv"
+    table.write_bytes(f"\ufeffchrom,pos,ref,alt,llr,score\r\nchrS1,100,{seq[99]},{alt},99,mine\r\n".encode())
+    (row,) = score_variants(loaded("ar", P), open_fasta(fa), read_variants(table))
+    assert (row["input_llr"], row["input_score"]) == ("99", "mine")
+    assert abs(row["llr"] - exact_llr(chroms, P, "chrS1", 100, seq[99], alt)) < 1e-5 and row["score"] == "exact"
+
+
 def test_malformed_tables_are_refused(tmp_path):
     t = tmp_path / "t.csv"
     t.write_text("chrom,position,ref\nchr1,3,A\n")

@@ -37,6 +37,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from seqdiff.config import ConfigError
+
 FRONTIER_SAMPLERS: dict[str, tuple[str, ...]] = {
     "mdlm": ("ancestral", "cached", "edlm",
              "first_hitting",
@@ -44,12 +46,14 @@ FRONTIER_SAMPLERS: dict[str, tuple[str, ...]] = {
              "confidence",
              "threshold"),
     "sedd": ("analytic",),
+    "d3pm": ("d3pm",),
     "ar": ("ar",),
     "bd3lm": ("bd3lm", "bd3lm_uncached",  # steps are per block of method.block_size tokens
               "bd3lm_first_hitting", "bd3lm_remdm", "bd3lm_confidence", "bd3lm_threshold"),
 }
 """Registry: a checkpoint's method -> the samplers the frontier runs on it (edlm: with --edlm-energy only)."""
 LABELS = {"ancestral": "MDLM uncached", "cached": "MDLM cached", "analytic": "SEDD analytic", "edlm": "EDLM",
+          "d3pm": "D3PM ancestral",
           "ar": "AR (KV cache)", "first_hitting": "MDLM first-hitting", "remdm": "ReMDM",
           "confidence": "MDLM confidence top-k", "threshold": "MDLM confidence threshold"}
 LABELS.update({"bd3lm": "BD3-LM (KV cache)", "bd3lm_uncached": "BD3-LM uncached"})
@@ -110,6 +114,9 @@ def build_arms(paths: list[str], device: str, use_ema: bool, edlm: dict[str, Any
     for path in paths:
         model = load_checkpoint(path, device=device, use_ema=use_ema)
         names = FRONTIER_SAMPLERS.get(model.method.name, ())
+        if not names:  # said, not dropped: the report would otherwise just lack this checkpoint
+            print(f"[frontier] {path}: no frontier sampler for method {model.method.name!r} (registered: "
+                  f"{sorted(FRONTIER_SAMPLERS)}); skipped", file=sys.stderr)
         for name in names:
             if name not in SAMPLERS:
                 print(f"[frontier] sampler {name!r} is not available in this seqdiff; skipped", file=sys.stderr)
@@ -177,15 +184,19 @@ def _source_name(data) -> str:
 def run_frontier(args: argparse.Namespace) -> dict[str, Any]:
     import torch
 
-    from seqdiff.evaluation.metrics import generation_metrics, load_oracle
+    from seqdiff.evaluation.metrics import check_oracle_fits, generation_metrics, load_oracle
 
     if not args.checkpoint or not args.oracle:
-        raise ValueError("give the models (--checkpoint, repeated) and the --oracle")
-    steps_list = sorted({int(s) for s in args.steps.split(",") if s.strip()})
+        raise ConfigError("give the models (--checkpoint, repeated) and the --oracle")
+    try:
+        steps_list = sorted({int(s) for s in args.steps.split(",") if s.strip()})
+    except ValueError:
+        steps_list = []
     if not steps_list or min(steps_list) < 1:
-        raise ValueError(f"--steps {args.steps!r}: give positive step counts, e.g. 8,16,32")
+        raise ConfigError(f"--steps {args.steps!r}: give positive step counts, e.g. 8,16,32")
     if args.num_samples < 1 or args.batch_size < 1 or args.num_samples % args.batch_size:
-        raise ValueError("--num-samples must be a positive multiple of --batch-size")
+        raise ConfigError(f"--num-samples {args.num_samples} must be a positive multiple of --batch-size "
+                          f"{args.batch_size}")
     started = time.time()
     load_start = os.getloadavg()[0]
     edlm = ({"energy": args.edlm_energy, "k": args.edlm_k, "window": args.edlm_window}
@@ -196,9 +207,11 @@ def run_frontier(args: argparse.Namespace) -> dict[str, Any]:
     options = SampleConfig(remdm_schedule=args.remdm_schedule, remdm_eta=args.remdm_eta, threshold=args.threshold)
     arms = build_arms(args.checkpoint, args.device, not args.no_ema, edlm, options)
     if not arms:
-        raise ValueError("no sampler to run: give MDLM, SEDD, EDLM or AR checkpoints")
+        raise ConfigError(f"no sampler to run: give checkpoints of {sorted(FRONTIER_SAMPLERS)}")
     length = args.length or min(a.model.seq_len for a in arms)
     oracle = load_oracle(args.oracle, device=args.device)
+    for arm in arms:
+        check_oracle_fits(oracle, arm.model.tokenizer, arm.label)
     grid = []
     for arm in arms:
         for s in steps_list if SAMPLERS[arm.sampler].uses_steps else [length]:

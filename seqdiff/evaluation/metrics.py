@@ -234,6 +234,23 @@ def load_oracle(path: str | Path, device: str = "cpu") -> Oracle:
     return SeqdiffAROracle(model)
 
 
+def check_oracle_fits(oracle: Oracle, tokenizer, what: str) -> None:
+    """Refuse a seqdiff oracle that reads the other kind of sequence than the samples (a text LM scoring DNA, a
+    DNA LM scoring text): its perplexity would be a number of nothing. Text against text is fine whatever the
+    tokenizers (GPT-2 scoring a character model's samples is the usual generative perplexity); a Hugging Face
+    oracle cannot be checked here and is the user's choice."""
+    if not isinstance(oracle, SeqdiffAROracle):
+        return
+    theirs = oracle.model.tokenizer.kind
+    if (theirs == "nucleotide") != (tokenizer.kind == "nucleotide"):
+        def reads(kind: str) -> str:
+            return "DNA" if kind == "nucleotide" else "text"
+
+        raise SeqdiffError(f"oracle {oracle.model.path} reads {reads(theirs)} ({theirs} tokenizer) but {what} "
+                           f"generates {reads(tokenizer.kind)} ({tokenizer.kind} tokenizer): give an AR run "
+                           f"trained on {reads(tokenizer.kind)}")
+
+
 def generation_metrics(token_samples: Sequence[torch.Tensor], texts: Sequence[str], dna: bool = False,
                        reference: str | None = None, oracle: Oracle | None = None) -> dict[str, float]:
     """Every metric that applies: diversity always, GC / k-mer for DNA, generative perplexity with an oracle."""

@@ -96,7 +96,7 @@ def _open_text(path: Path) -> str:
         except (OSError, EOFError) as e:
             raise VariantError(f"{path}: cannot decompress ({e})") from e
     try:
-        return raw.decode("utf-8")
+        return raw.decode("utf-8").removeprefix("\ufeff")  # a byte-order mark: what spreadsheets' "CSV UTF-8" writes
     except UnicodeDecodeError as e:
         raise VariantError(f"{path}: not a text file ({e})") from e
 
@@ -408,7 +408,10 @@ def score_variants(model: LoadedModel, fasta: FastaHandle, variants: Sequence[Va
     scored = iter(enumerate(windows))
     rows = []
     for index, v in enumerate(variants):  # table order, the rows not scored included
-        row: dict[str, Any] = {"chrom": v.chrom, "pos": v.pos, "ref": v.ref, "alt": v.alt, **v.extra}
+        # the table's own columns are carried over; one named like an output (an earlier score's llr) is kept as
+        # input_<name>, never overwritten
+        extra = {f"input_{k}" if k in OUTPUT_COLUMNS else k: value for k, value in v.extra.items()}
+        row: dict[str, Any] = {"chrom": v.chrom, "pos": v.pos, "ref": v.ref, "alt": v.alt, **extra}
         if index in skipped:
             row.update(window_start=None, window_end=None, llr=None, log_p_ref=None, log_p_alt=None,
                        score=None, not_scored=skipped[index])
@@ -419,6 +422,9 @@ def score_variants(model: LoadedModel, fasta: FastaHandle, variants: Sequence[Va
         rows.append(row)
     return rows
 
+
+OUTPUT_COLUMNS = frozenset({"window_start", "window_end", "llr", "log_p_ref", "log_p_alt", "score", "not_scored"})
+"""Columns `score_variants` writes; an input column of the same name is carried over as input_<name>."""
 
 SCORE_NOTES = {
     "masked_marginal": "masked-marginal score (diffusion model): log x_theta(alt) - log x_theta(ref) at the masked "
