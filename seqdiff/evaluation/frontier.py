@@ -211,7 +211,7 @@ def run_frontier(args: argparse.Namespace) -> dict[str, Any]:
     length = args.length or min(a.model.seq_len for a in arms)
     oracle = load_oracle(args.oracle, device=args.device)
     for arm in arms:
-        check_oracle_fits(oracle, arm.model.tokenizer, arm.label)
+        check_oracle_fits(oracle, arm.model.tokenizer, arm.path)
     grid = []
     for arm in arms:
         for s in steps_list if SAMPLERS[arm.sampler].uses_steps else [length]:
