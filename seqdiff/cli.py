@@ -177,7 +177,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         report.update(common)
     result = {**common, "results": reports}  # one shape for one source or several (read_eval_results reads both)
     text = json.dumps(result, indent=2) + "\n"
-    out = Path(o.out) if o.out else eval_results_path(args.checkpoint, sources, reports[0]["dataset"])
+    out = Path(o.out) if o.out else eval_results_path(args.checkpoint, sources, reports[0]["dataset"], o.order)
     atomic_write_text(out, text, "eval results")
     if o.json:
         sys.stdout.write(text)

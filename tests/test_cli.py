@@ -54,6 +54,13 @@ def test_eval_in_a_fixed_order_is_exact_and_refused_where_it_cannot_apply(run_di
     weighted = json.loads(out.read_text())["results"][0]
     assert weighted["bound"] is True and weighted["order"] == "random:2" and weighted["num_t_samples"] is None
     assert "importance-weighted upper bounds over 2 random orders" in capsys.readouterr().out
+    # default output files: the bound and each order keep their own (the order named in the file name)
+    from seqdiff.evaluation.zeroshot import eval_results_path, parse_sources
+
+    sources = parse_sources([("data", str(text))], "test")
+    paths = {eval_results_path(run_dirs["mdlm"], sources, order=order).name
+             for order in (None, "left_to_right", "left_to_right+right_to_left", "random:2")}
+    assert len(paths) == 4 and any(name.endswith("-order-left_to_right_right_to_left.json") for name in paths)
     assert "this checkpoint is ar" in _error(capsys, ["eval", str(run_dirs["ar"]), "--order", "left_to_right"])
     assert "time-conditioned" in _error(capsys, ["eval", str(run_dirs["tc"]), "--order", "left_to_right"])
     assert "unknown order 'up'" in _error(capsys, ["eval", str(run_dirs["mdlm"]), "--order", "up",

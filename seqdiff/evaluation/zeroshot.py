@@ -21,6 +21,7 @@ import dataclasses
 import hashlib
 import json
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -154,11 +155,13 @@ def source_key(source: EvalSource) -> str:
     return stem
 
 
-def eval_results_path(checkpoint: str | Path, sources: list[EvalSource], own_split: str = "own") -> Path:
+def eval_results_path(checkpoint: str | Path, sources: list[EvalSource], own_split: str = "own",
+                      order: str | None = None) -> Path:
     """Default `seqdiff eval` output: `<run>/eval/` for a run (or a checkpoint in its checkpoints/ folder),
     `<export>/eval/` for an exported directory, `<folder>/eval/` beside a loose .ckpt; named by the source
     (`source_key`), `zeroshot-<hash of the sources>` for several, the run's own split by its corpus and split.
-    A checkpoint other than a run's last.ckpt prefixes its own name (step100-...)."""
+    A checkpoint other than a run's last.ckpt prefixes its own name (step100-...); an exact order (`--order`)
+    suffixes its name, so the bound and each order's likelihood keep their own files."""
     from seqdiff.checkpoint import LAST_CHECKPOINT, is_exported_dir
 
     given = Path(checkpoint)
@@ -179,7 +182,8 @@ def eval_results_path(checkpoint: str | Path, sources: list[EvalSource], own_spl
         stem = "zeroshot-" + _short_hash("\n".join(source_key(s) for s in sources))
     else:  # the run's own corpus split (its config names it), e.g. shakespeare-test
         stem = own_split.replace("/", "-")
-    return folder / f"{prefix}{stem}.json"
+    suffix = "" if order is None else "-order-" + re.sub(r"[^A-Za-z0-9_]+", "_", order)
+    return folder / f"{prefix}{stem}{suffix}.json"
 
 
 def read_eval_results(path: str | Path) -> list[dict[str, Any]]:
