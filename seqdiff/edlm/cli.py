@@ -99,6 +99,9 @@ def _data_tokens(o: EdlmEvalOptions | NCEOptions, model):
         path = Path(o.data)
     elif model.data_config is not None and model.data_config.kind == "text":
         path = split_path(model.data_config, o.split)
+    elif model.data_config is not None and model.data_config.kind == "fasta":  # its split is intervals of a genome
+        raise EnergyError(f"this checkpoint was trained on the intervals of {model.data_config.fasta.path}, which "
+                          f"the EDLM commands do not cut out; pass --data FILE (a FASTA of held-out sequence)")
     else:
         raise EnergyError("this checkpoint records no text corpus; pass --data FILE")
     tokens, loss_mask = file_tokens(path, model.tokenizer)
