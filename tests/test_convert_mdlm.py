@@ -197,6 +197,13 @@ def test_converted_checkpoint_is_a_seqdiff_model_directory(tmp_path, capsys):
     assert not os.path.exists(tmp_path / "x")
     assert main([str(tmp_path / "missing.safetensors"), str(tmp_path / "y"), "--tokenizer", "char"]) == 2
     assert "missing.safetensors does not exist" in capsys.readouterr().err
+    # checked before the tokenizer: no GPT-2 vocabulary here, yet the missing file is what is said
+    assert main([str(tmp_path / "missing.ckpt"), str(tmp_path / "y"), "--vocab-dir", str(tmp_path / "none")]) == 2
+    assert "missing.ckpt does not exist" in capsys.readouterr().err
+    # a seqdiff checkpoint given by mistake: the message says what to do with it
+    torch.save({"state_dict": {"backbone.embed.weight": torch.zeros(2, 2)}}, tmp_path / "last.ckpt")
+    with pytest.raises(MDLMConversionError, match="looks like a seqdiff checkpoint"):
+        convert_mdlm_checkpoint(tmp_path / "last.ckpt", tmp_path / "w", tokenizer=tok)
     assert main([str(tmp_path / "mdlm.pt"), str(tmp_path / "z"), "--tokenizer", "char", "--max-seq-len", "32"]) == 0
     assert load_checkpoint(tmp_path / "z").seq_len == 32
 

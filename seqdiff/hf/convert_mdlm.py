@@ -86,8 +86,12 @@ class MDLMConversionError(CheckpointError):
 def _find_prefix(state_dict: dict[str, Tensor]) -> str:
     hits = [k for k in state_dict if k.endswith("vocab_embed.embedding")]
     if len(hits) != 1:
+        seqdiff_own = any(k.startswith("backbone.") for k in state_dict)
+        hint = ("; it looks like a seqdiff checkpoint, which seqdiff eval / sample read as it is (seqdiff export "
+                "writes the Hugging Face layout)") if seqdiff_own else ""
         raise MDLMConversionError(
-            f"expected exactly one key ending in 'vocab_embed.embedding' (the MDLM DiT layout), found {hits or 'none'}"
+            f"expected exactly one key ending in 'vocab_embed.embedding' (the MDLM DiT layout), found "
+            f"{hits or 'none'}{hint}"
         )
     return hits[0][: -len("vocab_embed.embedding")]
 
@@ -374,6 +378,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.n_heads is not None and args.n_heads <= 0:
         parser.error(f"--n-heads must be a positive integer, got {args.n_heads}")
+    if not Path(args.src).is_file():  # before the tokenizer, whose own refusal would hide this one
+        print(f"convert_mdlm: error: {args.src} does not exist or is not a file", file=sys.stderr)
+        return 2
     try:
         options = {"vocab_dir": args.vocab_dir} if args.vocab_dir else {}
         out = convert_mdlm_checkpoint(args.src, args.out_dir, tokenizer=build_tokenizer(args.tokenizer, **options),
