@@ -6,15 +6,14 @@
   build it from text. Infill placeholders: `_` for character models, `N` for DNA (so N cannot be given as a
   base), `_` for BPE models, where each `_` is one masked token; or explicit intervals of token positions
   (`parse_intervals`: "10-20,40-55", 0-based, end exclusive) masked in a given sequence.
-- Special ids: diffusion samples hold no PAD, and no BOS / EOS where they have no place (`never_generated`:
-  x_theta renormalized without them while sampling, `MDLM.sampling_without`).
+- Special ids: samples hold no PAD, and no BOS / EOS where they have no place (`never_generated`: the model's
+  probabilities renormalized without them while sampling, `Method.sampling_without`).
 - Variable length: with `stop_at_eos` each sample is cut at its first EOS (EOS and what follows dropped);
   `Generation.lengths` holds the lengths and `length_distribution` summarizes them.
 """
 
 from __future__ import annotations
 
-import contextlib
 import re
 import time
 from dataclasses import dataclass
@@ -136,7 +135,6 @@ def length_distribution(lengths: list[int]) -> dict[str, float]:
             "median": float(t.median()), "std": float(t.std(unbiased=False))}
 
 
-@torch.no_grad()
 def never_generated(model: LoadedModel, cfg: SampleConfig, given: torch.Tensor | None) -> set[int]:
     """Special ids a diffusion sample has no place for: PAD (filler, never a training target) always; BOS and
     EOS when the model's data never held them (DNA windows, text streams); BOS, and EOS unless sample.stop_at_eos
@@ -154,6 +152,7 @@ def never_generated(model: LoadedModel, cfg: SampleConfig, given: torch.Tensor |
     return ids
 
 
+@torch.no_grad()
 def generate(model: LoadedModel, cfg: SampleConfig, progress: bool = False,
              given: torch.Tensor | None = None, sampler_options: dict | None = None) -> Generation:
     """`cfg.num_samples` sequences in batches of `cfg.batch_size`, all draws from one seeded generator.
@@ -189,8 +188,7 @@ def generate(model: LoadedModel, cfg: SampleConfig, progress: bool = False,
         from tqdm import tqdm
 
         batches = tqdm(batches, desc=f"sample ({sampler.name})", unit="batch")
-    restrict = getattr(model.method, "sampling_without", None)  # every method: no special without a place
-    with restrict(never_generated(model, cfg, given)) if restrict else contextlib.nullcontext():
+    with model.method.sampling_without(never_generated(model, cfg, given)):
         for first in batches:
             n = min(cfg.batch_size, cfg.num_samples - first)
             g = None if given is None else (given if given.ndim == 1 else given[first : first + n])

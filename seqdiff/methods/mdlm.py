@@ -224,9 +224,7 @@ class MDLM(Method):
         """(flat positions of the masked tokens (N,), their SUBS logits (N, V), MASK at -inf): the sparse head."""
         index = self.masked_positions(xt)
         logits = backbone(xt, noise_level=self.noise_level(t), output_index=index, exclude_id=self.mask_id, **kwargs)
-        if self.never_sampled:  # generating: see sampling_without
-            logits = logits.index_fill(-1, torch.tensor(self.never_sampled, device=logits.device), NEG_INF)
-        return index, logits
+        return index, self._without_never_sampled(logits)
 
     def masked_share(self) -> float:
         """Expected share of the scored positions that a training draw masks: where method.head_at_masked runs
@@ -251,6 +249,12 @@ class MDLM(Method):
         logits of `never_sampled`)."""
         ids = [self.mask_id, *self.never_sampled]
         return logits.index_fill(-1, torch.tensor(ids, device=logits.device), NEG_INF)
+
+    def _without_never_sampled(self, logits: Tensor) -> Tensor:
+        """The logits of `never_sampled` at -inf (generating: see Method.sampling_without); else unchanged."""
+        if not self.never_sampled:
+            return logits
+        return logits.index_fill(-1, torch.tensor(self.never_sampled, device=logits.device), NEG_INF)
 
     def subs_log_probs(self, logits: Tensor, xt: Tensor) -> Tensor:
         """Full SUBS log x_theta(x_t): (B, L, V); unmasked positions are a one-hot on their token."""
@@ -345,9 +349,7 @@ class MDLM(Method):
             return probs
         logits = backbone(xt, noise_level=self.noise_level(t))
         if not self.subs:  # the model's own MASK probability; generating, none on never_sampled
-            if self.never_sampled:
-                logits = logits.index_fill(-1, torch.tensor(self.never_sampled, device=logits.device), NEG_INF)
-            return probs_from_logits(logits, temperature)
+            return probs_from_logits(self._without_never_sampled(logits), temperature)
         return probs_from_logits(self.subs_logits(logits), temperature)
 
     @property
