@@ -82,9 +82,12 @@ def warn_outside_alphabet(text: str, tokenizer: Tokenizer, what: str) -> None:
               file=sys.stderr)
 
 
-def tokenize_file(path: str | Path, tokenizer: Tokenizer) -> np.ndarray:
-    """Read and tokenize one file; errors name the file."""
+def tokenize_file(path: str | Path, tokenizer: Tokenizer, warn_alphabet: bool = False) -> np.ndarray:
+    """Read and tokenize one file; errors name the file. warn_alphabet: say when most of it is outside a
+    normalizing tokenizer's alphabet (callers outside the data module, which checks its splits itself)."""
     text = read_text_file(path)
+    if warn_alphabet:
+        warn_outside_alphabet(text, tokenizer, str(path))
     try:
         ids = tokenizer.encode(text)
     except TokenizerError as e:

@@ -95,11 +95,9 @@ def file_tokens(path: Path, tokenizer):
         from seqdiff.data.genome import fasta_tokens
 
         return fasta_tokens(path, tokenizer)
-    from seqdiff.data.text import tokenize_file, warn_outside_alphabet
-    from seqdiff.data.text_files import read_text_file
+    from seqdiff.data.text import tokenize_file
 
-    warn_outside_alphabet(read_text_file(path)[:1_000_000], tokenizer, str(path))
-    return tokenize_file(path, tokenizer), None
+    return tokenize_file(path, tokenizer, warn_alphabet=True), None
 
 
 def source_config(model: LoadedModel, source: EvalSource, batch_size: int,
