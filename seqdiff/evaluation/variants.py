@@ -174,30 +174,30 @@ def _position(value: str, where: str) -> int:
 
 
 # ---------------------------------------------------------------------------------------------- checking
-def not_scored_reason(v: Variant) -> str | None:
-    """Why a well-formed row is a kind of variant the scorers do not handle (None: a substitution they do).
+def not_scored_reason(v: Variant) -> tuple[str, str] | None:
+    """(kind, reason) of a well-formed row that the scorers do not handle (None: a substitution they do).
     Real VCFs mix these in (indels, ALT '.' of reference sites, '*' and symbolic alleles); their rows are kept
-    in the output without a score rather than failing the whole table."""
+    in the output without a score rather than failing the whole table. The kind is what stderr counts."""
     alt, ref = v.alt.upper(), v.ref.upper()
     if alt in (".", ""):
-        return "no alternative allele (ALT '.')"
+        return "ALT '.'", "no alternative allele (ALT '.')"
     if alt == "*":
-        return "allele removed by an upstream deletion (ALT '*')"
+        return "ALT '*'", "allele removed by an upstream deletion (ALT '*')"
     if alt.startswith("<") or "[" in alt or "]" in alt:
-        return f"symbolic or breakend allele {v.alt!r}"
+        return "symbolic allele", f"symbolic or breakend allele {v.alt!r}"
     if len(ref) != len(alt):
-        return "indel (only substitutions are scored)"
+        return "indel", "indel (only substitutions are scored)"
     for name, allele in (("ref", ref), ("alt", alt)):
         if set(allele) - ALLELE_BASES:
-            return f"{name} allele {getattr(v, name)!r} has bases other than A, C, G, T"
+            return "non-ACGT base", f"{name} allele {getattr(v, name)!r} has bases other than A, C, G, T"
     if ref == alt:
-        return "alt equals ref"
+        return "alt equals ref", "alt equals ref"
     return None
 
 
-def check_variants(variants: Sequence[Variant], fasta: FastaHandle) -> dict[int, str]:
+def check_variants(variants: Sequence[Variant], fasta: FastaHandle) -> dict[int, tuple[str, str]]:
     """Refuse the first row with an unknown chromosome, a position outside it or a ref that does not match the
-    FASTA (a table for another genome build); return {row index: reason} of the rows not scored."""
+    FASTA (a table for another genome build); return {row index: (kind, reason)} of the rows not scored."""
     skipped = {}
     for i, v in enumerate(variants):
         if not v.ref.isascii() or not v.ref.isalpha():  # letters are checked against the FASTA below
@@ -224,10 +224,9 @@ def check_variants(variants: Sequence[Variant], fasta: FastaHandle) -> dict[int,
     return skipped
 
 
-def _reason_counts(skipped: dict[int, str]) -> str:
+def _reason_counts(skipped: dict[int, tuple[str, str]]) -> str:
     counts: dict[str, int] = {}
-    for reason in skipped.values():
-        kind = reason.split(" (")[0] if reason.startswith("indel") else reason.split(" '")[0]
+    for kind, _ in skipped.values():
         counts[kind] = counts.get(kind, 0) + 1
     return ", ".join(f"{n:,} {kind}" for kind, n in sorted(counts.items(), key=lambda kv: -kv[1]))
 
@@ -414,7 +413,7 @@ def score_variants(model: LoadedModel, fasta: FastaHandle, variants: Sequence[Va
         row: dict[str, Any] = {"chrom": v.chrom, "pos": v.pos, "ref": v.ref, "alt": v.alt, **extra}
         if index in skipped:
             row.update(window_start=None, window_end=None, llr=None, log_p_ref=None, log_p_alt=None,
-                       score=None, not_scored=skipped[index])
+                       score=None, not_scored=skipped[index][1])
         else:
             i, w = next(scored)
             row.update(window_start=w.start + 1, window_end=w.start + len(w.ref_ids), llr=scores[i]["llr"],
