@@ -383,3 +383,21 @@ def test_samples_hold_no_special_token_they_have_no_place_for(sampler, net):
     model.data_config = DataConfig(text=TextDataConfig(block_mode="stream"))
     assert not torch.isin(torch.stack(generate(model, cfg).tokens), specials).any()
     assert method.never_sampled == ()
+
+
+def test_sampling_without_renormalizes_x_theta_over_the_other_tokens():
+    """Inside `sampling_without(ids)` x_theta is exactly the usual one with `ids` removed and the rest rescaled
+    to sum to 1 (brute force: zero and divide); outside it, the usual one again (what the loss reads)."""
+    method, net = _mdlm(), SpecialNet(8)
+    xt = torch.full((2, 8), MASK)
+    xt[0, 3] = 1
+    t = torch.full((2,), 0.7)
+    before = method.denoise(net, xt, t)
+    ids = [TOK.bos_id, TOK.pad_id]
+    with method.sampling_without(set(ids)):
+        inside = method.denoise(net, xt, t)
+    expected = before.clone()
+    expected[..., ids] = 0
+    expected /= expected.sum(-1, keepdim=True)
+    torch.testing.assert_close(inside, expected)
+    torch.testing.assert_close(method.denoise(net, xt, t), before)
