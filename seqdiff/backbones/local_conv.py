@@ -56,9 +56,14 @@ class LocalConv(nn.Module):
         return h + self.within_segments(x, segment_ids)
 
     def convolve(self, x: Tensor, left: int, right: int) -> Tensor:
-        """(B, L, H) zero-padded by left / right positions -> (B, L + left + right - K + 1, H)."""
-        y = F.pad(x.transpose(1, 2), (left, right))  # (B, H, L + left + right)
-        return F.conv1d(y, self.weight[:, None, :].to(y.dtype), groups=self.weight.shape[0]).transpose(1, 2)
+        """(B, L, H) zero-padded by left / right positions -> (B, L + left + right - K + 1, H).
+
+        Written as a 2-D convolution of height 1: on CPU, oneDNN's depthwise 2-D kernels run forward and
+        backward 3.3-3.7x faster than its 1-D path at the quickstart's shape (32 x 128 x 128, K = 9, centred and
+        causal, 1 and 2 threads: reports/bench/local_conv), with the same sums."""
+        y = F.pad(x.transpose(1, 2)[:, :, None, :], (left, right))  # (B, H, 1, L + left + right)
+        kernel = self.weight[:, None, None, :].to(y.dtype)  # (H, 1, 1, K)
+        return F.conv2d(y, kernel, groups=self.weight.shape[0]).squeeze(2).transpose(1, 2)
 
     def within_segments(self, x: Tensor, segment_ids: Tensor) -> Tensor:
         """The same sum written tap by tap, with the neighbours of another segment left out: (B, L, H)."""
