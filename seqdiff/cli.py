@@ -459,9 +459,10 @@ def cmd_quickstart(args: argparse.Namespace) -> int:
     again = ["seqdiff", "quickstart", "--out", o.out, "--run-dir", o.run_dir]  # without --overwrite: it resumes
     again += ["--max-steps", str(o.max_steps)] if o.max_steps is not None else []
     again += ["--seed", str(o.seed)] if o.seed is not None else []
+    again += ["--sequential"] if o.sequential else []
     try:
         run_quickstart(out_dir=o.out, run_root=o.run_dir, max_steps=o.max_steps, overwrite=o.overwrite,
-                       seed=o.seed)
+                       seed=o.seed, sequential=o.sequential)
     except TrainingInterrupted as stop:
         print(f"seqdiff quickstart: stopped by {signal.Signals(stop.signum).name} at step {stop.step} of "
               f"{stop.run_dir}; checkpoint of step {stop.step} saved: {stop.checkpoint}; continue with: "

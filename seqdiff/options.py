@@ -286,6 +286,9 @@ class QuickstartOptions:
     seed: int | None = None
     """Seed of both trainings (initialization, data order, noise) and of the samples (default: the recipe's, 0).
     Rerun with other seeds to see how much of a gap is the seed's."""
+    sequential: bool = False
+    """Train the two models one after the other on every CPU thread (default: side by side in two processes, the
+    threads split, where there are at least two: sooner on a small CPU)."""
 
     def __post_init__(self) -> None:
         if self.max_steps is not None and self.max_steps < 1:

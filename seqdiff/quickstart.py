@@ -15,6 +15,7 @@ import inspect
 import json
 import os
 import shutil
+import signal
 import sys
 import time
 from pathlib import Path
@@ -33,9 +34,10 @@ from seqdiff.evaluation.ngram import WittenBellNGram
 from seqdiff.figures import pyplot, save_figure
 from seqdiff.tokenizers.char import text8_normalize
 from seqdiff.training.csv_log import metric_curve, read_metrics
-from seqdiff.training.precision import resolve_precision
+from seqdiff.training.precision import resolve_precision, uses_cuda
 from seqdiff.training.resume import recipe_changes
 from seqdiff.training.run import LAST_CHECKPOINT, train
+from seqdiff.training.side_by_side import INTERRUPTED, ChildRun, split_threads
 
 # The embedded default; configs/quickstart.yaml is the same recipe as a file (a test keeps them equal). Chosen by
 # reports/quickstart_sweep on the validation play: 2,000 steps in bf16 where the CPU multiplies bf16 natively fit
@@ -94,9 +96,9 @@ class ProjectedTime(Callback):
     one-off allocation; validation comes later, at train.val_every)."""
 
     def __init__(self, method: str, steps_after: int, runs: int, skip: int = 5, probe: int = 20,
-                 clock=time.perf_counter) -> None:
+                 clock=time.perf_counter, side_by_side: bool = False) -> None:
         super().__init__()
-        self.method, self.steps_after, self.runs = method, steps_after, runs
+        self.method, self.steps_after, self.runs, self.side_by_side = method, steps_after, runs, side_by_side
         self.skip, self.probe, self.clock = skip, probe, clock
         self.started: tuple[int, float] | None = None
         self.message: str | None = None
@@ -123,11 +125,12 @@ class ProjectedTime(Callback):
     def describe(self, per_step: float, steps_left: int) -> str:
         """The line printed: the projected training time, and the step count that would fit the budget."""
         left = per_step * (steps_left + self.steps_after)
+        how = " (trained side by side)" if self.side_by_side else ""
         line = (f"[quickstart] {self.method}: {per_step:.2f} s a training step on this machine; about "
-                f"{_minutes(left)} of training left for the {self.runs} models")
+                f"{_minutes(left)} of training left for the {self.runs} models{how}")
         if left <= TIME_BUDGET_S:
             return line
-        fits = max(1, int(TIME_BUDGET_S / (self.runs * per_step)))
+        fits = max(1, int(TIME_BUDGET_S / ((1 if self.side_by_side else self.runs) * per_step)))
         return (f"{line} (the recipe fits {TIME_BUDGET_S / 60:.0f} minutes on a faster CPU; here "
                 f"`seqdiff quickstart --max-steps {fits}` would, with worse bits per character)")
 
@@ -184,6 +187,50 @@ def _train_or_reuse(config: RunConfig, run_dir: Path, clock: ProjectedTime | Non
     return state
 
 
+def _train_models(configs: dict[str, RunConfig], run_dirs: dict[str, Path], log_dir: Path,
+                  sequential: bool) -> dict:
+    """Train, resume or reuse both runs; returns how they were trained (for the report).
+
+    Two runs still to train on a CPU with at least two threads train side by side: MDLM here, with its progress
+    bar, and AR in a second process (seqdiff.training.side_by_side), the threads split between them. Otherwise,
+    or with `sequential`, one after the other on every thread."""
+    threads = torch.get_num_threads()
+    todo = [m for m in METHODS if _run_state(run_dirs[m], configs[m].train.max_steps) != "done"]
+    cuda = uses_cuda(configs[METHODS[0]].train.accelerator)
+    split = None if sequential or len(todo) < len(METHODS) or cuda else split_threads(threads)
+    if split is None:
+        for method in METHODS:
+            later = METHODS[METHODS.index(method) + 1:]
+            steps_after = sum(_steps_to_train(run_dirs[m], configs[m].train.max_steps) for m in later)
+            _train_or_reuse(configs[method], run_dirs[method], ProjectedTime(method, steps_after, len(METHODS)))
+        return {"side_by_side": False, "threads": {m: threads for m in todo}}
+
+    here, there = METHODS
+    resume = _run_state(run_dirs[there], configs[there].train.max_steps) == "partial"
+    log = log_dir / f"{there}.log"
+    child_config = dataclasses.replace(configs[there], train=dataclasses.replace(configs[there].train,
+                                                                                 progress_bar=False))
+    print(f"[quickstart] training {here} here and {there} in a second process at the same time "
+          f"({split[0]} + {split[1]} torch threads{'; resuming ' + str(run_dirs[there]) if resume else ''}); "
+          f"{there}'s output: {log}", file=sys.stderr)
+    child = ChildRun(child_config, run_dirs[there], resume, split[1], log)
+    torch.set_num_threads(split[0])
+    try:
+        _train_or_reuse(configs[here], run_dirs[here], ProjectedTime(here, 0, len(METHODS), side_by_side=True))
+        status = child.wait()
+    except BaseException as stop:  # Ctrl-C, SIGTERM or an error here: the other run stops with a checkpoint too
+        child.stop(getattr(stop, "signum", signal.SIGINT if isinstance(stop, KeyboardInterrupt) else
+                           signal.SIGTERM))
+        status = child.wait()
+        saved = "stopped after writing a checkpoint" if status == INTERRUPTED else f"ended (exit status {status})"
+        print(f"[quickstart] {run_dirs[there]} (the second process) {saved}; its output: {log}", file=sys.stderr)
+        raise
+    finally:
+        torch.set_num_threads(threads)
+    child.check(status)
+    return {"side_by_side": True, "threads": {here: split[0], there: split[1]}}
+
+
 def _loss_curves(run_dirs: dict[str, Path], out: Path) -> None:
     plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
@@ -204,7 +251,8 @@ def _loss_curves(run_dirs: dict[str, Path], out: Path) -> None:
 
 
 def run_quickstart(out_dir: str | Path = "reports/quickstart", run_root: str | Path = "runs/quickstart",
-                   max_steps: int | None = None, overwrite: bool = False, seed: int | None = None) -> dict:
+                   max_steps: int | None = None, overwrite: bool = False, seed: int | None = None,
+                   sequential: bool = False) -> dict:
     out_dir, run_root = Path(out_dir), Path(run_root)
     base = QUICKSTART
     if seed is not None:
@@ -226,20 +274,19 @@ def run_quickstart(out_dir: str | Path = "reports/quickstart", run_root: str | P
     default_out = Path(inspect.signature(run_quickstart).parameters["out_dir"].default)
     command = ("seqdiff quickstart" + (f" --out {out_dir}" if out_dir != default_out else "")
                + (f" --max-steps {max_steps}" if max_steps else "")
-               + (f" --seed {seed}" if seed is not None else ""))  # what rewrites this report (runs go anywhere)
+               + (f" --seed {seed}" if seed is not None else "")
+               + (" --sequential" if sequential else ""))  # what rewrites this report (runs go anywhere)
     results: dict = {"command": command,
                      "config": dataclasses.asdict(base), "torch_threads": torch.get_num_threads(),
                      "precision": resolve_precision(base.train.precision, base.train.accelerator),
                      "cpu_count": os.cpu_count(), "load_average_at_start": os.getloadavg()[0], "models": {}}
-    run_dirs, words = {}, None
-    for method in METHODS:
-        config = dataclasses.replace(base, name=f"quickstart-{method}",
-                                     method=dataclasses.replace(base.method, name=method))
-        run_dirs[method] = run_root / method
-        later = METHODS[METHODS.index(method) + 1:]
-        clock = ProjectedTime(method, sum(_steps_to_train(run_root / m, base.train.max_steps) for m in later),
-                              len(METHODS))
-        _train_or_reuse(config, run_dirs[method], clock)
+    configs = {method: dataclasses.replace(base, name=f"quickstart-{method}",
+                                           method=dataclasses.replace(base.method, name=method))
+               for method in METHODS}
+    run_dirs = {method: run_root / method for method in METHODS}
+    results["training"] = _train_models(configs, run_dirs, run_root, sequential)
+    words = None
+    for method, config in configs.items():
         timing = run_dirs[method] / "timing.json"  # written by train(), summed over resumes
         train_seconds = json.loads(timing.read_text())["train_seconds"] if timing.is_file() else float("nan")
 
@@ -338,6 +385,17 @@ def _kmers(model: dict) -> str:
             f"(model.kmer_sizes, hashed into at most {model.get('kmer_buckets'):,} rows per size)")
 
 
+def _training_sentence(training: dict | None) -> str:
+    """How the two runs were trained (absent from reports made before side-by-side training)."""
+    if not training:
+        return ""
+    threads = ", ".join(f"{m.upper()} {n}" for m, n in training["threads"].items())
+    if training["side_by_side"]:
+        return (f"The two models trained side by side, in two processes at the same time (torch threads: "
+                f"{threads}), so each model's training seconds overlap the other's.")
+    return f"The models trained one after the other (torch threads: {threads})." if threads else ""
+
+
 def _summary(results: dict) -> str:
     cfg = results["config"]
     m = results["models"]["mdlm"]
@@ -347,7 +405,8 @@ def _summary(results: dict) -> str:
         f"Made by `{results['command']}` in {results['total_seconds']:.0f} s of wall-clock time "
         f"({results['torch_threads']} torch threads on {results['cpu_count']} cores, load average "
         f"{results['load_average_at_start']:.1f} at the start: timings depend on what else the machine runs). "
-        "Numbers below come from that run (`results.json`); training seconds are summed over resumes.",
+        f"Numbers below come from that run (`results.json`); training seconds are summed over resumes. "
+        f"{_training_sentence(results.get('training'))}",
         "",
         f"Data: the Shakespeare slice shipped with seqdiff, split by whole plays (train: {_works('train')}; "
         f"valid: {_works('valid')}; test: {_works('test')}), lowercased to the text8 alphabet (a-z and space).",
