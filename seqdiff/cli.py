@@ -132,8 +132,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     o: EvalOptions = args.eval
     check_device(o.device)
+    _refuse_unread_eval_options(args, _run_method(args.checkpoint))
     sources = parse_sources(o.source_options(), o.split)  # in command-line order, checked before loading the model
     model = load_checkpoint(args.checkpoint, device=o.device, use_ema=not o.no_ema)
+    _refuse_unread_eval_options(args, model.method)
     if o.rc_conjoin:  # diffusion: the denoiser averaged over the strands; AR: the exact strand mixture
         from seqdiff.methods.strand_mixture import conjoin_strands
 
@@ -199,7 +201,65 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run_method(checkpoint: str) -> typing.Any:
+    """The method class the run's config.yaml names (None: no config.yaml, e.g. an exported directory), so that
+    options a run would ignore are refused before its weights load; the loaded model is checked again."""
+    from seqdiff.methods import METHODS
+
+    try:
+        name = saved_section(checkpoint, "method").get("name")
+    except ConfigError:  # an odd config.yaml: the checkpoint itself decides once it is loaded
+        return None
+    return METHODS.get(name) if isinstance(name, str) else None
+
+
+def _refuse_unread_eval_options(args: argparse.Namespace, method: typing.Any) -> None:
+    """Refuse a --num-t-samples the user gave where no time is drawn: a decoding order (--order) scores its own
+    likelihood, and an exact-likelihood model (AR) has no NELBO, so the option would only be ignored (or the same
+    exact number computed N times)."""
+    from seqdiff.options import explicit_keys, given_as
+
+    o: EvalOptions = args.eval
+    explicit = explicit_keys("eval", args)
+    if "num_t_samples" not in explicit:
+        return
+    given = given_as("eval", EvalOptions, "num_t_samples", args)
+    if o.order is not None:
+        order = given_as("eval", EvalOptions, "order", args) if "order" in explicit else f"eval.order={o.order}"
+        raise ConfigError(f"{given} is read by the NELBO only (this run scores {order}, which would ignore it)")
+    if method is not None and method.exact_likelihood:
+        raise ConfigError(f"{given} is read by the NELBO of diffusion models only (this {method.name} model's "
+                          f"likelihood is exact, which would ignore it)")
+
+
 # ---------------------------------------------------------------------------------------------- sample
+def _refuse_unread_sample_options(args: argparse.Namespace, method: typing.Any) -> None:
+    """Refuse, in one line and before sampling, the sampler options the user gave (flags or overrides, not the run's
+    saved sample.* values) that the sampler of this run does not read (its `reads`): an option silently ignored
+    gives samples the user did not ask for. A sampler that is unknown or cannot drive the method is left to
+    build_sampler, whose error names the choices."""
+    from seqdiff.options import explicit_keys, given_as
+    from seqdiff.samplers import SAMPLERS, SamplerError, sampler_keys, sampler_name, samplers_reading
+
+    o: SampleOptions = args.sample
+    name = sampler_name(o.sampler, method)
+    if name not in SAMPLERS or method.name not in SAMPLERS[name].methods:
+        return
+    explicit = explicit_keys("sample", args)
+    unread = sorted((explicit & sampler_keys()) - SAMPLERS[name].reads)
+    if not unread:
+        return
+    clauses = []
+    for key in unread:
+        readers = samplers_reading(key, method.name)
+        who = f"--sampler {', '.join(readers)} only" if readers else f"no sampler of {method.name} models"
+        clauses.append(f"{given_as('sample', SampleOptions, key, args)} is read by {who}")
+    how = ("" if "sampler" in explicit else ", the run's saved sample.sampler" if o.sampler is not None
+           else f", the default for {method.name} models")
+    raise SamplerError("; ".join(clauses) + f" (this run samples with {name}{how}, which would ignore "
+                       f"{'it' if len(unread) == 1 else 'them'})")
+
+
 def cmd_sample(args: argparse.Namespace) -> int:
     """Generate from a checkpoint; `args.sample` (SampleOptions) starts from the run's saved `sample:` section."""
     from seqdiff.checkpoint import load_checkpoint
@@ -239,7 +299,11 @@ def cmd_sample(args: argparse.Namespace) -> int:
     if o.prompt is not None and infill is not None:
         raise SamplerError("give --prompt or --infill, not both (an infill text may start with the prompt)")
     metrics = o.metrics or bool(o.oracle or o.reference)
+    run_method = _run_method(args.checkpoint)
+    if run_method is not None:
+        _refuse_unread_sample_options(args, run_method)
     model = load_checkpoint(args.checkpoint, device=o.device, use_ema=not o.no_ema)
+    _refuse_unread_sample_options(args, model.method)
     if o.rc_conjoin:
         from seqdiff.backbones.rc_equivariant import conjoin_loaded
 
@@ -280,9 +344,6 @@ def cmd_sample(args: argparse.Namespace) -> int:
     cfg = dataclasses.replace(o.sample_config(), seq_len=length,
                               semi_ar=o.semi_ar or o.length is not None or infill is not None)
     options = SAMPLERS[cfg.sampler].options_from_config(cfg) if cfg.sampler in SAMPLERS else {}
-    if o.energy and cfg.sampler != "edlm":
-        raise SamplerError(f"--energy {o.energy} is read by --sampler edlm only (the {cfg.sampler or 'default'} "
-                           f"sampler would ignore it)")
     if cfg.sampler == "edlm":  # importance sampling with an energy (seqdiff.samplers.edlm_importance)
         from seqdiff.edlm import load_energy
 

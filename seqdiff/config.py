@@ -463,7 +463,8 @@ class SampleConfig:
     sampler: str | None = None
     """Sampler registry key (SAMPLERS): {registry:samplers}; default by method: {registry:default_samplers}."""
     steps: int = 256
-    """Reverse diffusion steps (MDLM); first_hitting and threshold ignore it (one call per token / as needed)."""
+    """Reverse diffusion steps; refused for samplers that take none (ar, first_hitting, threshold: one call per
+    token / as needed)."""
     num_samples: int = 4
     """Sequences to generate."""
     batch_size: int = 4

@@ -443,6 +443,19 @@ def explicit_keys(section: str, args: argparse.Namespace) -> set[str]:
     return keys
 
 
+def given_as(section: str, cls: type, key: str, args: argparse.Namespace) -> str:
+    """How this invocation gave `section.key`, as the user typed it (`--steps 64` or `sample.steps=64`), for
+    errors about an option the user gave."""
+    for text in getattr(args, "overrides", None) or []:
+        if text.split("=", 1)[0].strip().split(".")[:2] == [section, key]:
+            return text
+    value = vars(args).get(f"{section}.{key}")
+    flag = (flag_names(cls)[key] or [f"{section}.{key}"])[0]
+    if isinstance(value, bool) or value is None:
+        return flag
+    return f"{flag} {' '.join(map(str, value)) if isinstance(value, list) else value}"
+
+
 # ---------------------------------------------------------------------------------------------- saved config
 def run_config_file(checkpoint: str | Path) -> Path | None:
     """The config.yaml `seqdiff train` wrote for the run a checkpoint belongs to (a run directory, or a .ckpt in
@@ -478,5 +491,5 @@ def split_overrides(items: list[str]) -> tuple[list[str], list[str]]:
 
 
 __all__ = ["EvalOptions", "ExportOptions", "ProbeOptions", "QuickstartOptions", "SampleOptions", "ScoreOptions",
-           "add_flags", "explicit_keys", "flag_names", "key_lines", "options_help", "resolve", "run_config_file",
-           "saved_section", "split_overrides"]
+           "add_flags", "explicit_keys", "flag_names", "given_as", "key_lines", "options_help", "resolve",
+           "run_config_file", "saved_section", "split_overrides"]

@@ -495,13 +495,17 @@ def test_train_eval_sample_export(run, tmp_path, capsys):
     err = capsys.readouterr().err
     assert "cannot drive a 'bd3lm' model" in err and "'first_hitting'" in err and err.count("\n") == 1
     # the MDLM samplers inside the blocks, by their short names: any length, the prompt kept, the label printed
-    for sampler, kind in (("first_hitting", "exact"), ("remdm", "approximate"), ("threshold", "approximate")):
-        assert main(["sample", str(run), "--sampler", sampler, "--num-samples", "2", "--seq-len", "70", "--steps",
-                     "4", "--prompt", "the "]) == 0
+    for sampler, kind, steps in (("first_hitting", "exact", []), ("remdm", "approximate", ["--steps", "4"]),
+                                 ("threshold", "approximate", [])):
+        assert main(["sample", str(run), "--sampler", sampler, "--num-samples", "2", "--seq-len", "70", *steps,
+                     "--prompt", "the "]) == 0
         captured = capsys.readouterr()
         texts = [block.split("\n", 1)[1] for block in captured.out.split("=== sample ")[1:]]
         assert len(texts) == 2 and all(t.startswith("the ") for t in texts)
         assert f"(bd3lm_{sampler} sampler, {kind})" in captured.err
+    assert main(["sample", str(run), "--sampler", "first_hitting", "--steps", "4"]) == 2  # it would ignore --steps
+    assert ("--steps 4 is read by --sampler bd3lm, bd3lm_uncached, confidence, remdm only (this run samples with "
+            "bd3lm_first_hitting, which would ignore it)") in capsys.readouterr().err
 
     from transformers import AutoModelForMaskedLM
 

@@ -51,6 +51,20 @@ def samplers_for(method_name: str) -> list[str]:
     return sorted(names | {inner for (m, inner) in BLOCK_SAMPLERS if m == method_name})
 
 
+def sampler_keys() -> frozenset[str]:
+    """The sample.* keys that some sampler reads and others ignore (the union of the registry's `reads`): an option
+    among them matters only to the samplers that declare it."""
+    return frozenset().union(*(cls.reads for cls in SAMPLERS.values()))
+
+
+def samplers_reading(key: str, method_name: str | None = None) -> list[str]:
+    """The names `--sampler` takes that read `key`, for models of `method_name` (None: any model); a sampler run
+    inside the blocks of a block-diffusion method is named as the user gives it (threshold, not bd3lm_threshold)."""
+    names = SAMPLERS if method_name is None else samplers_for(method_name)
+    wrapped = set(BLOCK_SAMPLERS.values())
+    return sorted(name for name in names if name not in wrapped and key in SAMPLERS[name].reads)
+
+
 def build_sampler(name: str | None, method, backbone, steps: int, temperature: float = 1.0,
                   top_p: float = 1.0, **options) -> Sampler:
     """Sampler by name; None picks the method's default (`Method.default_sampler`: cached for MDLM, KV-cached
@@ -88,8 +102,10 @@ __all__ = [
     "SamplerError",
     "ThresholdSampler",
     "build_sampler",
+    "sampler_keys",
     "sampler_name",
     "samplers_for",
+    "samplers_reading",
     "within_blocks",
     "generate_semi_ar",
 ]

@@ -26,7 +26,7 @@ class ARSampler(Sampler):
     name = "ar"
     methods = ("ar",)
     supports_top_p = True
-    uses_steps = False
+    reads = frozenset()  # one denoiser call per token: `steps` sets nothing
     exact = True  # the chain rule of the AR model itself
 
     def __init__(self, method, backbone, steps: int = 1, temperature: float = 1.0, top_p: float = 1.0):

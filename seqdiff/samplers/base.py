@@ -52,8 +52,14 @@ class Sampler(ABC):
     """Method names this sampler can drive."""
     supports_top_p: ClassVar[bool] = False
     """Whether the sampler draws tokens from an explicit categorical that nucleus filtering applies to."""
+    reads: ClassVar[frozenset[str]]
+    """The sample.* keys (SampleConfig / SampleOptions fields) whose value this sampler depends on beyond those
+    every sampler takes (temperature and top_p, each applied or refused): `steps` where it sets the loop, the keys
+    `options_from_config` reads, and those the sample command hands it (edlm: energy, edlm_k, edlm_window). Every
+    sampler declares it: `seqdiff sample` refuses an option the user gives that the chosen sampler would ignore."""
     uses_steps: ClassVar[bool] = True
-    """Whether `steps` sets the cost (False: one call per token or data-dependent, e.g. AR, first-hitting)."""
+    """Whether `steps` sets the cost (False: one call per token or data-dependent, e.g. AR, first-hitting); set
+    from `reads`, so the two cannot disagree."""
     block_methods: ClassVar[tuple[str, ...]] = ()
     """Block-diffusion methods inside whose blocks `reverse_process` runs, driven by the method's block sampler
     (bd3lm: `sample.sampler=first_hitting` on a bd3lm run is `bd3lm_first_hitting`); `generate` refuses them."""
@@ -86,6 +92,9 @@ class Sampler(ABC):
         super().__init_subclass__(**kwargs)
         if not isinstance(getattr(cls, "exact", None), bool):
             raise TypeError(f"sampler class {cls.__name__} must declare `exact` (True or False)")
+        if not isinstance(getattr(cls, "reads", None), frozenset):
+            raise TypeError(f"sampler class {cls.__name__} must declare `reads` (a frozenset of sample.* keys)")
+        cls.uses_steps = "steps" in cls.reads
 
 
     def probs_at(self, logits) -> Callable[[Tensor], Tensor]:

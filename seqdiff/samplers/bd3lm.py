@@ -56,6 +56,7 @@ class BD3LMSampler(Sampler):
     name = "bd3lm"
     methods = ("bd3lm",)
     exact = True  # within each block the model's own reverse process, across blocks its exact conditional
+    reads = frozenset({"steps"})  # steps per block; a block sampler reads what its inner sampler reads
     supports_top_p = True
     any_length = True
     """Generates any length itself: no semi-autoregressive wrapping, no context check on seq_len."""
@@ -226,6 +227,7 @@ class BD3LMUncachedSampler(BD3LMSampler):
     """The same sampler without the KV cache: the prefix is re-read at every denoiser call (for comparison)."""
 
     name = "bd3lm_uncached"
+    reads = frozenset({"steps"})
     use_kv_cache = False
 
 
@@ -236,7 +238,7 @@ def within_blocks(inner: type[Sampler], base: type[BD3LMSampler] = BD3LMSampler)
         raise TypeError(f"sampler {inner.name!r} cannot run inside the blocks of {base.name!r} "
                         f"(its block_methods: {list(inner.block_methods)})")
     attrs = {"name": f"{base.name}_{inner.name}", "inner_class": inner, "exact": inner.exact,
-             "uses_steps": inner.uses_steps, "supports_top_p": inner.supports_top_p, "__module__": __name__,
+             "reads": inner.reads, "supports_top_p": inner.supports_top_p, "__module__": __name__,
              "__doc__": f"BD3-LM block by block, each block filled by the {inner.name!r} sampler's reverse process."}
     if hasattr(inner, "stats"):
         attrs["stats"] = lambda self: self.inner.stats()

@@ -50,6 +50,7 @@ def top_k_by_confidence(conf: Tensor, masked: Tensor, k: Tensor) -> Tensor:
 
 class ConfidenceSampler(MDLMAncestralSampler):
     name = "confidence"
+    reads = frozenset({"steps"})
     block_methods = ("bd3lm",)
     exact = False  # positions chosen by confidence and committed jointly: not the model's reverse process
 
@@ -108,7 +109,7 @@ class ConfidenceSampler(MDLMAncestralSampler):
 
 class ThresholdSampler(ConfidenceSampler):
     name = "threshold"
-    uses_steps = False
+    reads = frozenset({"threshold"})  # calls the denoiser until no MASK is left: `steps` sets nothing
     exact = False
 
     def __init__(self, method, backbone, steps: int = 1, temperature: float = 1.0, top_p: float = 1.0,

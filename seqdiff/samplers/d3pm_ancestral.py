@@ -16,4 +16,5 @@ from seqdiff.samplers.mdlm_ancestral import MDLMAncestralSampler
 class D3PMAncestralSampler(MDLMAncestralSampler):
     name = "d3pm"
     methods = ("d3pm",)
+    reads = frozenset({"steps"})
     exact = True  # the D3PM reverse chain (its last step conditioned on producing data, see above)

@@ -63,6 +63,7 @@ def effective_sample_size(log_w: Tensor) -> Tensor:
 
 class EDLMImportanceSampler(MDLMCachedSampler):
     name = "edlm"
+    reads = frozenset({"steps", "energy", "edlm_k", "edlm_window"})  # the energy loaded by the command
     exact = False  # self-normalized importance sampling with finite k tends to the EDLM step only as k grows
 
     def __init__(self, method, backbone, steps: int = 128, temperature: float = 1.0, top_p: float = 1.0,

@@ -49,6 +49,7 @@ class MDLMAncestralSampler(Sampler):
     name = "ancestral"
     methods = ("mdlm",)
     supports_top_p = True
+    reads = frozenset({"steps"})
     exact = True  # the model's own discrete-time reverse process q(x_s | x_t, x_theta)
 
     def time_grid(self, device) -> Tensor:

@@ -18,6 +18,7 @@ from seqdiff.samplers.mdlm_ancestral import MaskedX0, MDLMAncestralSampler
 
 class MDLMCachedSampler(MDLMAncestralSampler):
     name = "cached"
+    reads = frozenset({"steps"})
     exact = True  # the ancestral sampler's draws, the same tokens
 
     def check_compatible(self) -> None:

@@ -61,7 +61,7 @@ class MDLMFirstHittingSampler(Sampler):
     name = "first_hitting"
     methods = ("mdlm",)
     supports_top_p = True
-    uses_steps = False
+    reads = frozenset()  # one denoiser call per reveal, at random times: `steps` sets nothing
     block_methods = ("bd3lm",)
     exact = True  # the continuous-time reverse process itself, no discretization
 

@@ -82,6 +82,7 @@ def loop_band_steps(steps: int, t_on: float, t_off: float) -> int:
 
 class ReMDMSampler(MDLMAncestralSampler):
     name = "remdm"
+    reads = frozenset({"steps", "remdm_schedule", "remdm_eta", "remdm_t_on", "remdm_t_off", "remdm_alpha_on"})
     block_methods = ("bd3lm",)
     exact = False  # remasking posteriors share the marginals of an exact denoiser, not a learned one's process
 

@@ -30,6 +30,7 @@ from seqdiff.samplers.base import SampleOutput, Sampler, SamplerError
 class SEDDAnalyticSampler(Sampler):
     name = "analytic"
     methods = ("sedd",)
+    reads = frozenset({"steps"})
     exact = False  # tau-leaping: positions move independently within a step (exact only for independent data)
 
     def check_compatible(self) -> None:

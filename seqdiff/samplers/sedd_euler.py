@@ -15,6 +15,7 @@ from seqdiff.samplers.sedd_analytic import SEDDAnalyticSampler
 
 class SEDDEulerSampler(SEDDAnalyticSampler):
     name = "euler"
+    reads = frozenset({"steps"})
     exact = False  # first-order tau-leaping of the reverse CTMC
 
     def step_probs(self, log_score: Tensor, x: Tensor, t: Tensor, s: Tensor, final: bool) -> Tensor:
