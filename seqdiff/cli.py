@@ -554,8 +554,27 @@ def cmd_config(args: argparse.Namespace) -> int:
     if args.keys:
         print(_config_keys_help(commands=True))
         return 0
-    print(yaml.safe_dump(to_dict(load_run_config(args.config, args.overrides)), sort_keys=False), end="")
+    config = load_run_config(args.config, args.overrides)
+    _check_trainable(config)
+    print(yaml.safe_dump(to_dict(config), sort_keys=False), end="")
     return 0
+
+
+def _check_trainable(config) -> None:
+    """What `train` refuses from the recipe and its tokenizer alone, refused here too. A tokenizer that needs
+    files not fetched yet (gpt2's vocabulary) leaves the recipe unchecked: train names what to fetch; a recipe
+    starting from published weights (model.init_from) takes its shape from them, so it is checked by train."""
+    from seqdiff.errors import SeqdiffError
+    from seqdiff.methods import check_trainable
+    from seqdiff.tokenizers import build_tokenizer
+
+    if config.model.init_from:
+        return
+    try:
+        tokenizer = build_tokenizer(config.data.tokenizer, **config.data.tokenizer_options)
+    except (SeqdiffError, OSError):
+        return
+    check_trainable(config, tokenizer)
 
 
 def cmd_data_fetch(args: argparse.Namespace) -> int:

@@ -204,3 +204,17 @@ def test_edlm_commands_end_to_end(run_dirs, tmp_path, capsys):
     assert "autoregressive" in capsys.readouterr().err
     assert main(["edlm", "eval", mdlm, "--energy", "nce:/nonexistent.pt"]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_config_refuses_what_train_would_refuse_from_the_recipe_alone(capsys):
+    """`seqdiff config` does not print a recipe `train` refuses before writing anything (the method's checks need
+    the tokenizer: bd3lm's block size must divide data.seq_len); a valid one is printed as before."""
+    recipe = "configs/shakespeare_char_bd3lm.yaml"
+    assert main(["config", "--config", recipe, "data.seq_len=100", "method.block_size=16"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1
+    assert "method.block_size=16 must divide data.seq_len=100" in captured.err
+    assert main(["config", "--config", recipe, "data.seq_len=128", "method.block_size=16"]) == 0
+    assert "block_size: 16" in capsys.readouterr().out
+    assert main(["config", "--config", "configs/shakespeare_char_mdlm.yaml", "data.seq_len=4096"]) == 2
+    assert "data.seq_len=4096 exceeds model.max_seq_len=" in capsys.readouterr().err

@@ -63,6 +63,19 @@ def build_model(model: ModelConfig, method_config: MethodConfig, tokenizer: Toke
     return method, backbone, model
 
 
+def check_trainable(config, tokenizer: Tokenizer) -> Method:
+    """The recipe's method, once the checks that need only the recipe (RunConfig) and its tokenizer pass: train
+    runs them before anything is written, and `seqdiff config` too, so that it never prints a recipe train would
+    refuse (bd3lm's block size must divide data.seq_len, packing needs a method that keeps documents apart)."""
+    if config.data.seq_len > config.model.max_seq_len:
+        raise ConfigError(f"data.seq_len={config.data.seq_len} exceeds model.max_seq_len={config.model.max_seq_len}")
+    method = build_method(config.method, tokenizer)
+    method.check_recipe(config)
+    check_packing(config, method)
+    resolve_model_config(config.model, method)  # time conditioning the method cannot feed
+    return method
+
+
 def check_packing(config, method: Method) -> None:
     """data.text.block_mode=packed needs a `packable` method and a backbone class that takes segment ids (not
     wrapped for reverse-complement equivariance): a ConfigError naming the key and what is allowed, before

@@ -44,7 +44,7 @@ from seqdiff.backbones import BLOCKS, load_pretrained, pretrained_model_config
 from seqdiff.checkpoint import CheckpointError, latest_readable_checkpoint, step_checkpoints
 from seqdiff.config import RunConfig, TrainConfig, to_dict
 from seqdiff.data import build_data_module
-from seqdiff.methods import build_method, build_model, check_packing
+from seqdiff.methods import build_model, check_trainable
 from seqdiff.safe_io import WriteError, atomic_torch_save, atomic_write_text, ensure_dir, os_cause
 from seqdiff.samplers import SAMPLERS
 from seqdiff.tokenizers import build_tokenizer
@@ -323,11 +323,7 @@ def train(config: RunConfig, run_dir: str | Path, resume: bool = False,
         if changed and rank_zero_only.rank == 0:
             print(f"seqdiff: model.init_from={config.model.init_from} sets " + ", ".join(
                 f"model.{k}={new!r} (recipe: {old!r})" for k, (old, new) in changed.items()), file=sys.stderr)
-    if config.data.seq_len > config.model.max_seq_len:
-        raise RunError(f"data.seq_len={config.data.seq_len} exceeds model.max_seq_len={config.model.max_seq_len}")
-    method = build_method(config.method, tokenizer)
-    method.check_recipe(config)  # e.g. bd3lm: method.block_size | data.seq_len
-    check_packing(config, method)  # data.text.block_mode=packed: a method and backbone that keep documents apart
+    method = check_trainable(config, tokenizer)  # e.g. bd3lm: method.block_size | data.seq_len; packing
     clip_search = clip_search_callback(config.method, method, seed=tcfg.seed)  # bd3lm's var_min search
     data = build_data_module(config.data, tokenizer, seed=tcfg.seed)
     data.check_files()  # fail on bad data before anything is written
