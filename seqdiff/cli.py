@@ -69,9 +69,27 @@ def _config_keys_help(commands: bool = False) -> str:
     for name, command in _commands().items() if commands else []:
         if command.flag_section is not None:
             section = command.flag_section
-            lines += ["", f"seqdiff {name}: {section}.OPTION=value for each of its flags (--some-option is "
-                          f"{section}.some_option; see seqdiff {name} --help)"]
+            lines += ["", f"seqdiff {name}: {section}.key=value overrides (flag: --key, with - for _)"]
+            lines += _flag_lines(section, command.arguments)
     return "\n".join(lines)
+
+
+def _flag_lines(section: str, arguments: Callable[[argparse.ArgumentParser], None]) -> list[str]:
+    """`  section.key  doc (--flag)` for each flag of a command whose options are argparse flags (bench,
+    frontier), read from the parser its `arguments` build, so that the list cannot miss one."""
+    parser = argparse.ArgumentParser(add_help=False)
+    arguments(parser)
+    lines = []
+    for action in parser._actions:
+        if not action.option_strings or action.help == argparse.SUPPRESS:
+            continue
+        try:
+            doc = (action.help or "") % {**vars(action), "prog": parser.prog}
+        except (KeyError, TypeError, ValueError):
+            doc = action.help or ""
+        lines.append(f"  {section + '.' + action.dest:<28} {' '.join(doc.split())} "
+                     f"({', '.join(action.option_strings)})")
+    return lines
 
 
 SAMPLE_KEYS = {f.name for f in dataclasses.fields(RunConfig().sample)}

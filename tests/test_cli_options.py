@@ -3,6 +3,7 @@
 invocation's `section.key=value` overrides and flags (each flag an alias of one key); unknown keys, other
 sections, bad values and a key given twice are refused in one line before anything is loaded or written."""
 
+import argparse
 import dataclasses
 import json
 import subprocess
@@ -312,7 +313,17 @@ def test_help_and_config_keys_list_the_command_options(capsys):
                 "probe.benchmark", "edlm.form", "nce.steps", "score.window", "export.encoder_alpha",
                 "quickstart.max_steps"):
         assert f"  {key} " in out, key
-    assert "seqdiff frontier: frontier.OPTION=value" in out and "seqdiff bench: bench.OPTION=value" in out
+    # bench and frontier take argparse flags: each is listed as its key, with its help and flag, every one documented
+    assert "seqdiff frontier: frontier.key=value overrides" in out and "seqdiff bench: bench.key=value overrides" in out
+    for command, section in (("bench", "bench"), ("frontier", "frontier")):
+        parser = argparse.ArgumentParser(add_help=False)
+        cli._commands()[command].arguments(parser)
+        for action in parser._actions:
+            if action.option_strings:
+                line = next(line for line in out.splitlines() if line.startswith(f"  {section}.{action.dest} "))
+                assert line.endswith(f"({', '.join(action.option_strings)})")
+                assert len(line.split(None, 1)[1]) > len(" ".join(action.option_strings)) + 3, line  # a help text
+    assert "bench.sample_budget_s" in out and "frontier.steps               comma-separated step counts" in out
     assert "Split of the run's corpus" in out and "(--num-t-samples)" in out
     with pytest.raises(SystemExit):
         main(["eval", "--help"])

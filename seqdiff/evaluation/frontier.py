@@ -94,8 +94,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--length", type=int, default=None, help="tokens per sample (default: the models' block length)")
     p.add_argument("--num-samples", type=int, default=16, help="samples per sampler and step count")
     p.add_argument("--batch-size", type=int, default=1, help="samples generated together (1: the latency target)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--device", default="cpu")
+    p.add_argument("--seed", type=int, default=0, help="seed of the samples (each sampler and step count draws "
+                   "from the same seed)")
+    p.add_argument("--device", default="cpu", help="device to sample on: cpu, cuda, cuda:1, ...")
     p.add_argument("--no-ema", action="store_true", help="use the raw weights instead of the EMA weights")
     p.add_argument("--out", default="reports/generation", help="report folder")
     p.add_argument("--render-only", action="store_true",
