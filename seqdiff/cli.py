@@ -278,6 +278,30 @@ def _refuse_unread_sample_options(args: argparse.Namespace, method: typing.Any) 
                        f"{'it' if len(unread) == 1 else 'them'})")
 
 
+def _refuse_unused_overlap(args: argparse.Namespace, cfg, model, context: int) -> None:
+    """An --overlap the user gave shapes semi-autoregressive blocks only: refused, saying why, where this sample
+    has none (it fits the context, --length / --semi-ar was not asked for, or the sampler makes any length)."""
+    from seqdiff.evaluation.generate import in_blocks
+    from seqdiff.options import explicit_keys, given_as
+    from seqdiff.samplers import SAMPLERS, SamplerError, sampler_name
+
+    if "overlap" not in explicit_keys("sample", args):
+        return
+    name = sampler_name(cfg.sampler, model.method)
+    sampler_class = SAMPLERS.get(name)
+    length = cfg.seq_len or model.seq_len
+    if sampler_class is None or in_blocks(cfg, sampler_class, length, context):
+        return
+    if getattr(sampler_class, "any_length", False):
+        why = f"the {name} sampler generates any length block by block itself"
+    elif length <= context:
+        why = f"{length} tokens fit the model's context of {context} in one pass"
+    else:
+        why = "give --length to generate beyond the context in blocks"
+    raise SamplerError(f"{given_as('sample', SampleOptions, 'overlap', args)} sets the overlap of semi-autoregressive "
+                       f"blocks, and this sample has none ({why})")
+
+
 def cmd_sample(args: argparse.Namespace) -> int:
     """Generate from a checkpoint; `args.sample` (SampleOptions) starts from the run's saved `sample:` section."""
     from seqdiff.checkpoint import load_checkpoint
@@ -362,6 +386,7 @@ def cmd_sample(args: argparse.Namespace) -> int:
     cfg = dataclasses.replace(o.sample_config(), seq_len=length,
                               semi_ar=o.semi_ar or o.length is not None or infill is not None)
     options = SAMPLERS[cfg.sampler].options_from_config(cfg) if cfg.sampler in SAMPLERS else {}
+    _refuse_unused_overlap(args, cfg, model, context)
     if cfg.sampler == "edlm":  # importance sampling with an energy (seqdiff.samplers.edlm_importance)
         from seqdiff.edlm import load_energy
 

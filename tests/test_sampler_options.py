@@ -216,3 +216,15 @@ def test_eval_refuses_num_t_samples_where_no_time_is_drawn(runs, tmp_path, capsy
     out = tmp_path / "eval.json"
     assert main(["eval", mdlm, "--data", str(text), "--num-t-samples", "2", "--out", str(out)]) == 0  # the NELBO
     assert main(["eval", ar, "--data", str(text), "--out", str(out)]) == 0
+
+
+def test_an_overlap_without_semi_autoregressive_blocks_is_refused(runs, capsys):
+    """--overlap shapes the blocks of a sample longer than the context; where there are none it would be ignored."""
+    mdlm = str(runs / "mdlm")  # context 64, samples of 16 saved
+    assert _refused(capsys, ["sample", mdlm, "--overlap", "4"]) == (
+        "--overlap 4 sets the overlap of semi-autoregressive blocks, and this sample has none (16 tokens fit the "
+        "model's context of 64 in one pass)")
+    assert "(64 tokens fit the model's context of 64 in one pass)" in _refused(
+        capsys, ["sample", mdlm, "--length", "64", "sample.overlap=8"])
+    assert main(["sample", mdlm, "--length", "100", "--overlap", "8", "--steps", "2"]) == 0  # in blocks: read
+    assert capsys.readouterr().out.count("=== sample") == 2

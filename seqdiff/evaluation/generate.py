@@ -152,6 +152,14 @@ def never_generated(model: LoadedModel, cfg: SampleConfig, given: torch.Tensor |
     return ids
 
 
+
+def in_blocks(cfg: SampleConfig, sampler_class: type, seq_len: int, context: int) -> bool:
+    """Whether `generate` makes samples of `seq_len` tokens in overlapping semi-autoregressive blocks (what
+    `sample.overlap` shapes): asked for (`cfg.semi_ar`), longer than the context, and a sampler that does not
+    generate any length itself (bd3lm's, block by block)."""
+    return bool(cfg.semi_ar) and seq_len > context and not getattr(sampler_class, "any_length", False)
+
+
 @torch.no_grad()
 def generate(model: LoadedModel, cfg: SampleConfig, progress: bool = False,
              given: torch.Tensor | None = None, sampler_options: dict | None = None) -> Generation:
@@ -170,7 +178,7 @@ def generate(model: LoadedModel, cfg: SampleConfig, progress: bool = False,
     block_len = min(model.seq_len, context)
     if getattr(sampler, "any_length", False):  # bd3lm: any length block by block, in a window of the training length
         sampler.context, sampler.stop_at_eos = block_len, cfg.stop_at_eos
-    semi_ar = cfg.semi_ar and seq_len > context and not getattr(sampler, "any_length", False)
+    semi_ar = in_blocks(cfg, type(sampler), seq_len, context)
     if not semi_ar:
         sampler.check_length(seq_len)
     overlap = cfg.overlap if cfg.overlap is not None else block_len // 2
