@@ -12,6 +12,7 @@ back to the newest readable `step*.ckpt` in the same folder and says so on stder
 from __future__ import annotations
 
 import json
+import pickle
 import re
 import sys
 from dataclasses import dataclass
@@ -119,11 +120,35 @@ def latest_readable_checkpoint(last: str | Path) -> tuple[Path, dict[str, Any]]:
     raise CheckpointError(f"{error}{tried}")
 
 
-def read_checkpoint(path: Path) -> dict[str, Any]:
+def load_plain(path: Path, what: str) -> Any:
+    """torch.load of a file seqdiff wrote: tensors and plain values only (torch's weights-only unpickler).
+
+    Why: a pickle may name any class, and the full unpickler imports and runs it, so a checkpoint from elsewhere
+    could run code on `seqdiff export` or `sample`. seqdiff's own files hold nothing else. A foreign file is
+    refused in one line (one of the MDLM reference code, with OmegaConf objects inside, named as such: its weights
+    convert without running anything through seqdiff.hf.convert_mdlm); raises SeqdiffError's CheckpointError."""
     try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=False)
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        names = sorted(set(re.findall(r"GLOBAL ([\w.]+)", str(e))))  # the classes the safe loader refused
+        if not names:  # not a pickle it could read at all: garbage, a truncated file
+            cause = re.search(r"WeightsUnpickler error:\s*(.+)", str(e))  # torch's own reason, after its advice
+            raise CheckpointError(f"{what} {path} cannot be read (truncated or not a torch file)"
+                                  + (f": {cause.group(1).strip()}" if cause else "")) from e
+        if any(name.startswith("omegaconf") for name in names):
+            raise CheckpointError(f"{what} {path} is a checkpoint of another code base (it holds {names[0]}, as "
+                                  f"the MDLM reference's do); convert its weights with `python -m "
+                                  f"seqdiff.hf.convert_mdlm {path} OUT`") from e
+        raise CheckpointError(f"{what} {path} holds Python objects other than tensors and plain values "
+                              f"({', '.join(names)}); "
+                              f"seqdiff reads only files it wrote (loading those objects would run code from the "
+                              f"file)") from e
     except Exception as e:  # torch raises many types for a truncated or foreign file
-        raise CheckpointError(f"checkpoint {path} cannot be read (truncated or not a torch file): {e}") from e
+        raise CheckpointError(f"{what} {path} cannot be read (truncated or not a torch file): {e}") from e
+
+
+def read_checkpoint(path: Path) -> dict[str, Any]:
+    ckpt = load_plain(path, "checkpoint")
     if not isinstance(ckpt, dict) or "hyper_parameters" not in ckpt or "state_dict" not in ckpt:
         raise CheckpointError(f"checkpoint {path} was not written by seqdiff (no hyper_parameters/state_dict)")
     return ckpt

@@ -292,3 +292,30 @@ def test_n_heads_option_converts_weights_without_the_rotary_buffer(tmp_path, cap
     assert main([str(tmp_path / "no_rotary.pt"), str(tmp_path / "b"), "--tokenizer", "char", "--max-seq-len", "32",
                  "--n-heads", str(N_HEADS)]) == 0
     assert load_checkpoint(tmp_path / "b").model_config.n_heads == N_HEADS
+
+
+def test_seqdiff_commands_never_run_code_pickled_in_a_checkpoint(tmp_path, capsys):
+    """export / sample / eval read checkpoints with torch's weights-only unpickler: a foreign .ckpt whose pickle
+    names a callable is refused in one line and the callable never runs; the MDLM reference's is named as such,
+    with the command that converts it."""
+    from seqdiff.cli import main as seqdiff
+
+    tok = CharTokenizer()
+    marker = tmp_path / "code-ran"
+    reference = tmp_path / "reference.ckpt"
+    reference_lightning_checkpoint(reference, tok, marker)
+    trap = tmp_path / "trap.ckpt"  # a seqdiff-looking checkpoint with one object that would run code
+    torch.save({"hyper_parameters": {"tokenizer": _ReferenceTokenizer(str(marker))}, "state_dict": {}}, trap)
+    for argv in (["export", str(reference), str(tmp_path / "out")], ["sample", str(reference)],
+                 ["eval", str(trap)], ["export", str(trap), str(tmp_path / "out2")]):
+        assert seqdiff(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "Traceback" not in err, err
+        if "reference" in argv[1]:
+            assert (f"is a checkpoint of another code base (it holds omegaconf.dictconfig.DictConfig, as the MDLM "
+                    f"reference's do); convert its weights with `python -m seqdiff.hf.convert_mdlm {reference} OUT`"
+                    ) in err
+        else:
+            assert "holds Python objects other than tensors and plain values" in err and "_trap" in err
+    assert not marker.exists()  # no pickled code ran
+    assert not (tmp_path / "out").exists() and not (tmp_path / "out2").exists()

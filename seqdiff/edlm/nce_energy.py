@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from seqdiff.backbones import build_backbone
+from seqdiff.checkpoint import CheckpointError, load_plain
 from seqdiff.config import ModelConfig, from_dict, to_dict
 from seqdiff.edlm.base import Energy, EnergyError
 from seqdiff.safe_io import atomic_torch_save
@@ -100,9 +101,9 @@ def load_energy_net(path: str | Path, device: str | torch.device = "cpu") -> Ene
     if not path.is_file():
         raise EnergyError(f"NCE energy {path} does not exist")
     try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=False)
-    except Exception as e:  # torch raises many types for a truncated or foreign file
-        raise EnergyError(f"NCE energy {path} cannot be read: {e}") from e
+        ckpt = load_plain(path, "NCE energy")  # tensors and plain values only: no code from the file runs
+    except CheckpointError as e:
+        raise EnergyError(str(e)) from e
     if not isinstance(ckpt, dict) or ckpt.get("format") != NCE_FORMAT:
         raise EnergyError(f"{path} is not an NCE energy written by `seqdiff edlm train-nce`")
     net = EnergyNet(from_dict(ModelConfig, ckpt["model"]), int(ckpt["vocab_size"]), int(ckpt["mask_id"]))
