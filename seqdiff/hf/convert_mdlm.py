@@ -68,7 +68,8 @@ from torch import Tensor
 
 from seqdiff.checkpoint import CheckpointError
 from seqdiff.config import MethodConfig, ModelConfig
-from seqdiff.hf.export import write_export
+from seqdiff.errors import SeqdiffError
+from seqdiff.hf.export import check_destination, write_export
 from seqdiff.hf.tensors_only import load_tensors_only
 from seqdiff.tokenizers import TokenizerError, build_tokenizer
 
@@ -139,6 +140,8 @@ def convert_mdlm_state_dict(state_dict: dict[str, Tensor], *, time_conditioning:
     state dict has no rotary_emb.inv_freq; vocab_size: seqdiff's vocabulary (default: the reference's V;
     larger adds rows); max_seq_len: positions the converted model accepts.
     """
+    if max_seq_len <= 0:
+        raise MDLMConversionError(f"max_seq_len must be a positive integer, got {max_seq_len}")
     prefix = _find_prefix(state_dict)
     sd = {k[len(prefix):]: v for k, v in state_dict.items() if k.startswith(prefix)}
     V, H = sd["vocab_embed.embedding"].shape
@@ -289,7 +292,7 @@ def load_state_dict_file(path: str | Path, use_ema: bool = True) -> tuple[dict[s
     """
     path = Path(path)
     if not path.is_file():
-        raise MDLMConversionError(f"{path} does not exist")
+        raise MDLMConversionError(_not_a_file(path))
     try:
         if path.suffix == ".safetensors":
             from safetensors.torch import load_file
@@ -297,7 +300,8 @@ def load_state_dict_file(path: str | Path, use_ema: bool = True) -> tuple[dict[s
             return load_file(str(path)), "file"
         data = load_tensors_only(path)
     except Exception as e:  # many types for a foreign or truncated file
-        raise MDLMConversionError(f"{path} cannot be read as a state dict: {e}") from e
+        raise MDLMConversionError(f"{path} cannot be read as a state dict (truncated, or not a torch / safetensors "
+                                  f"file): {e}") from e
     kind = "file"
     if isinstance(data, dict) and isinstance(data.get("state_dict"), dict):
         ema = data.get("ema")
@@ -357,7 +361,20 @@ def convert_mdlm_checkpoint(src: str | Path | dict[str, Tensor], out_dir: str | 
                                                     n_heads=n_heads, vocab_size=tokenizer.vocab_size,
                                                     max_seq_len=max_seq_len)
     return write_export(out_dir, weights, model_config, MethodConfig(name="mdlm"), tokenizer, seq_len=max_seq_len,
-                        overwrite=overwrite, ema=kind == "ema")
+                        overwrite=overwrite, ema=kind == "ema", source=None if isinstance(src, dict) else Path(src))
+
+
+def _not_a_file(src: Path) -> str:
+    """Why `src` cannot be converted, for a path that is not a file (missing, or a folder)."""
+    if not src.is_dir():
+        return f"{src} does not exist"
+    inside = sorted(p.name for p in src.iterdir() if p.suffix in WEIGHT_SUFFIXES and p.is_file())
+    hint = f" (it holds {', '.join(inside[:4])})" if inside else ""
+    return (f"{src} is a directory; pass the weights file inside it: model.safetensors, pytorch_model.bin or a "
+            f"Lightning .ckpt{hint}")
+
+
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -366,7 +383,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("src", help="model.safetensors / pytorch_model.bin / a .ckpt holding a state dict")
     parser.add_argument("out_dir", help="output directory (as written by `seqdiff export`)")
     parser.add_argument("--time-conditioning", action="store_true", help="the model was trained with it")
-    parser.add_argument("--max-seq-len", type=int, default=1024)
+    parser.add_argument("--max-seq-len", type=int, default=1024, help="positions the converted model accepts")
     parser.add_argument("--tokenizer", default="gpt2", help="seqdiff tokenizer kind (default gpt2)")
     parser.add_argument("--vocab-dir", help="tokenizer files (default: the data directory)")
     parser.add_argument("--overwrite", action="store_true")
@@ -378,15 +395,26 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.n_heads is not None and args.n_heads <= 0:
         parser.error(f"--n-heads must be a positive integer, got {args.n_heads}")
-    if not Path(args.src).is_file():  # before the tokenizer, whose own refusal would hide this one
-        print(f"convert_mdlm: error: {args.src} does not exist or is not a file", file=sys.stderr)
+    if args.max_seq_len <= 0:
+        parser.error(f"--max-seq-len must be a positive integer, got {args.max_seq_len}")
+    src = Path(args.src)
+    if not src.is_file():  # before the tokenizer, whose own refusal would hide this one
+        print(f"convert_mdlm: error: {_not_a_file(src)}", file=sys.stderr)
         return 2
     try:
+        # the output first: a bad OUT_DIR is said before minutes of reading and folding weights
+        check_destination(Path(args.out_dir), args.overwrite, src)
         options = {"vocab_dir": args.vocab_dir} if args.vocab_dir else {}
-        out = convert_mdlm_checkpoint(args.src, args.out_dir, tokenizer=build_tokenizer(args.tokenizer, **options),
+        try:
+            tokenizer = build_tokenizer(args.tokenizer, **options)
+        except TokenizerError as e:  # its hint names the training key; here the option is --vocab-dir
+            raise TokenizerError(str(e).replace("set data.tokenizer_options.vocab_dir", "pass --vocab-dir")
+                                 .replace("data.tokenizer_options.vocab_dir", "--vocab-dir")
+                                 .replace("data.tokenizer=", "--tokenizer ")) from e
+        out = convert_mdlm_checkpoint(src, args.out_dir, tokenizer=tokenizer,
                                       time_conditioning=args.time_conditioning, max_seq_len=args.max_seq_len,
                                       overwrite=args.overwrite, use_ema=not args.no_ema, n_heads=args.n_heads)
-    except (CheckpointError, TokenizerError) as e:
+    except SeqdiffError as e:  # a bad file or option, an OUT_DIR that cannot be written: one line
         print(f"convert_mdlm: error: {e}", file=sys.stderr)
         return 2
     ema = json.loads((out / "config.json").read_text(encoding="utf-8")).get("ema_weights")

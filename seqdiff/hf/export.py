@@ -133,7 +133,7 @@ def write_export(out_dir: str | Path, state_dict: dict[str, torch.Tensor], model
     from safetensors.torch import save_file
 
     out = Path(out_dir)
-    _check_destination(out, overwrite, source)
+    check_destination(out, overwrite, source)
     config = hf_config(model_config, method_config, tokenizer, seq_len, data_config, step, ema, encoder_alpha)
     with atomic_directory(out, "export directory") as tmp:
         config.save_pretrained(tmp)
@@ -160,7 +160,8 @@ def _readable_as_umask_says(folder: Path) -> None:
             path.chmod(0o666 & ~umask)
 
 
-def _check_destination(out: Path, overwrite: bool, source: Path | None) -> None:
+def check_destination(out: Path, overwrite: bool, source: Path | None) -> None:
+    """Refuse an OUT_DIR that is a file, a run's own folder, holds `source`, or is not an earlier export."""
     if out.exists() and not out.is_dir():
         raise ExportError(f"{out} exists and is not a directory")
     resolved = out.expanduser().resolve()
@@ -174,7 +175,7 @@ def _check_destination(out: Path, overwrite: bool, source: Path | None) -> None:
     if source is not None and out.exists():
         src, dst = source.resolve(), out.resolve()
         if src == dst or dst in src.parents:
-            raise ExportError(f"{out} holds the checkpoint being exported; choose another output directory")
+            raise ExportError(f"{out} holds the checkpoint being read ({source}); choose another output directory")
     if out.is_dir() and any(out.iterdir()):
         if not overwrite:
             raise ExportError(f"{out} already exists and is not empty; choose another directory or pass --overwrite")
@@ -194,4 +195,5 @@ def _is_seqdiff_export(folder: Path) -> bool:
         return False
 
 
-__all__ = ["AUTO_MAP", "ExportError", "export_checkpoint", "export_model", "hf_config", "write_export"]
+__all__ = ["AUTO_MAP", "ExportError", "check_destination", "export_checkpoint", "export_model", "hf_config",
+           "write_export"]
