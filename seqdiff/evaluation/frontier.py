@@ -38,6 +38,8 @@ from pathlib import Path
 from typing import Any
 
 from seqdiff.config import ConfigError
+from seqdiff.errors import SeqdiffError
+from seqdiff.safe_io import check_output_file, ensure_dir
 
 FRONTIER_SAMPLERS: dict[str, tuple[str, ...]] = {
     "mdlm": ("ancestral", "cached", "edlm",
@@ -382,7 +384,7 @@ def write_report(result: dict[str, Any], out: Path) -> None:
 
     plt = pyplot()
 
-    out.mkdir(parents=True, exist_ok=True)
+    ensure_dir(out, "report folder")
     distinct_labels(result["rows"])
     write_atomically(out / "frontier.json", json.dumps(result, indent=2) + "\n")
     rows, ref = result["rows"], result["reference"]
@@ -477,6 +479,11 @@ def _ratio(x: float | None) -> str:
     return "—" if x is None else f"{x:.2f}×"
 
 
+def ar_speed(speedup: float | None) -> str:
+    """The AR comparison of a target line; without an AR checkpoint in the run there is nothing to time against."""
+    return "no AR checkpoint to time against" if speedup is None else f"{speedup:.2f}× AR's speed"
+
+
 def _met(flag: bool) -> str:
     return "met" if flag else "not met"
 
@@ -503,8 +510,7 @@ def target_lines(result: dict[str, Any]) -> list[str]:
             ent = "—" if c["entropy_rel_to_real"] is None else f"{100 * c['entropy_rel_to_real']:+.1f}%"
             lines.append(f"  - {c['label']} at {c['steps']} steps ({c['calls']:.1f} calls): gen PPL "
                          f"{c['gen_perplexity']:.2f} = {_ratio(c['ppl_ratio_to_best_exact'])} {c['best_exact']}; "
-                         f"entropy {ent} vs real text; {_ratio(c['speedup_over_ar'])} AR's speed — "
-                         f"{_met(c['met'])}")
+                         f"entropy {ent} vs real text; {ar_speed(c['speedup_over_ar'])} — {_met(c['met'])}")
     e = t.get("edlm_vs_mdlm_equal_quality")
     if e:
         lines.append(f"- EDLM against the cheapest cached-MDLM row at least as good in gen PPL (target ≥ 1.3× at "
@@ -537,11 +543,34 @@ def _kind(row: dict[str, Any]) -> str:
     return "exact" if exact else "approximate"
 
 
+REPORT_FILES = ("frontier.json", "README.md", "frontier_vs_steps.png", "frontier.png")
+"""What `write_report` writes into --out."""
+
+
+def check_report_folder(out: Path) -> None:
+    """Refuse, before any model loads, an --out the report cannot be written into (a file, a path under a file,
+    a folder without write permission, a report file name taken by a folder). Creates nothing."""
+    for name in REPORT_FILES:
+        check_output_file(out / name, "frontier report")
+
+
 def render_existing(out: Path) -> dict[str, Any]:
     """README / figures again from an earlier run's frontier.json (no sampling; the targets are recomputed
     from its rows, so a change in how they are summarized reaches old numbers)."""
-    result = json.loads((out / "frontier.json").read_text())
-    result["targets"] = targets(result["rows"], result["length"], result.get("reference"), result["batch_size"])
+    path = out / "frontier.json"
+    if not path.is_file():
+        where = (f"{out} does not exist" if not out.exists() else f"{out} is a file, not a report folder"
+                 if not out.is_dir() else f"{out} holds no frontier.json")
+        raise SeqdiffError(f"--render-only: {where}; it re-renders the report of an earlier `seqdiff frontier "
+                           f"--out {out}` from its frontier.json")
+    try:
+        result = json.loads(path.read_text(encoding="utf-8"))
+        result["targets"] = targets(result["rows"], result["length"], result.get("reference"), result["batch_size"])
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError) as e:
+        cause = f"no key {e}" if isinstance(e, KeyError) else str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise SeqdiffError(f"--render-only: {path} is not a frontier.json written by `seqdiff frontier` "
+                           f"({cause})") from e
+    check_report_folder(out)
     write_report(result, out)
     return result
 
@@ -549,16 +578,23 @@ def render_existing(out: Path) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="seqdiff frontier", description=__doc__.split("\n")[0])
     add_arguments(parser)
-    return run_command(parser.parse_args(argv))
+    try:
+        return run_command(parser.parse_args(argv))
+    except SeqdiffError as e:  # as `seqdiff frontier` says it: one line, exit 2
+        print(f"seqdiff frontier: error: {e}", file=sys.stderr)
+        return 2
 
 
 def run_command(args: argparse.Namespace) -> int:
     """`seqdiff frontier`, `python -m seqdiff.evaluation.frontier`: run (or with --render-only re-render), report."""
+    out = Path(args.out)
     if args.render_only:  # README / figures again from an earlier run's numbers
-        render_existing(Path(args.out))
+        render_existing(out)
+        print(f"written: {', '.join(str(out / name) for name in REPORT_FILES[1:])} (from {out / 'frontier.json'})")
         return 0
+    check_report_folder(out)  # a bad --out is said now, not after the sampling
     result = run_frontier(args)
-    write_report(result, Path(args.out))
+    write_report(result, out)
     print(markdown(result))
     return 0
 
