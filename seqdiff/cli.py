@@ -463,7 +463,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
     from seqdiff.probes.finetune import FinetuneConfig
     from seqdiff.probes.linear import check_folds
     from seqdiff.probes.protocol import ProbeConfig, load_probe_model, run_protocol
-    from seqdiff.probes.report import format_row, metric_label, write_report
+    from seqdiff.probes.report import check_report_dir, format_row, metric_label, write_report
 
     o: ProbeOptions = args.probe
     if o.benchmark is None:
@@ -471,6 +471,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
     # the models first: a text checkpoint is refused as "not a DNA model" before any benchmark file is looked for
     models = [load_probe_model(path, device=o.device, use_ema=not o.no_ema) for path in args.checkpoints]
     bench = load_benchmark(o.benchmark, data_dir=o.data_dir, test_file=o.test_file)
+    check_report_dir(o.out, bench.name)  # a bad --out is said now, not after the first row's work
     config = ProbeConfig(seeds=o.seeds, finetune_seeds=o.finetune_seeds, layer=o.layer,
                          rc_average=o.rc_average, rc_both=o.rc_both, pool=o.pool, train_size=o.train_size,
                          cv_folds=o.cv_folds, mask_stride=o.mask_stride,

@@ -185,7 +185,7 @@ def test_bad_inputs_name_the_file_and_the_problem(tmp_path):
     with pytest.raises(ProbeError, match=r"nt/H3 test split has no examples of class\(es\) \['1'\]"):
         load_benchmark("nt/H3", data_dir=tmp_path)
     write_parquet(folder / "test.parquet", ["ACGT", "GG-C"], [0, 1], "H3")
-    with pytest.raises(ProbeError, match=r"nt/H3 test: sequence 1 holds characters outside .*\['-'\]"):
+    with pytest.raises(ProbeError, match=r"H3/test.parquet: sequence 1 holds characters outside .*\['-'\]"):
         load_benchmark("nt/H3", data_dir=tmp_path)
     fna = tmp_path / "H4" / "train.fna"
     write_fna(fna, ["ACGT"], [0])

@@ -46,7 +46,14 @@ from typing import Any
 
 import numpy as np
 
-from seqdiff.probes.data import Benchmark, LabeledSequences, ProbeError, hf_split_columns, read_table
+from seqdiff.probes.data import (
+    Benchmark,
+    LabeledSequences,
+    ProbeError,
+    check_alphabet,
+    hf_split_columns,
+    read_table,
+)
 
 SPLITS = ("train", "test")
 FILE_LAYOUT = "TASK/{train,test}.parquet (or .fna / .csv)"
@@ -168,7 +175,16 @@ def read_parquet(path: Path, task: str) -> tuple[list[str], list[int]]:
         raise ProbeError(f"{path}: no column {', '.join(missing)}; found {sorted(columns)} (the dataset's files "
                          f"hold sequence, label)")
     columns = _keep_task(columns, task, str(path))
-    return [str(s) for s in columns["sequence"]], _int_labels(columns["label"], str(path))
+    return _sequence_strings(columns["sequence"], str(path)), _int_labels(columns["label"], str(path))
+
+
+def _sequence_strings(values: Sequence[Any], where: str) -> list[str]:
+    """The sequence cells as strings; a missing (null) or non-text cell is refused, not read as "None" / "7"."""
+    for i, value in enumerate(values):
+        if not isinstance(value, str):
+            what = "missing (null)" if value is None else f"not text ({type(value).__name__} {value!r})"
+            raise ProbeError(f"{where}: sequence {i} is {what}; every row needs a DNA sequence")
+    return list(values)
 
 
 def read_fna(path: Path, task: str) -> tuple[list[str], list[int]]:
@@ -263,11 +279,17 @@ def load_from_hf_cache(collection: NTCollection, task: NTTask, load_dataset: Cal
     for split, columns in hf_split_columns(data, where, ("sequence", "label"), SPLITS).items():
         columns = _keep_task(columns, task.name, f"{where} {split}")
         labels = _int_labels(columns["label"], f"{where} {split}")
-        splits[split] = _checked([str(s) for s in columns["sequence"]], labels, task, f"{where} {split}")
+        sequences = _sequence_strings(columns["sequence"], f"{where} {split}")
+        splits[split] = _checked(sequences, labels, task, f"{where} {split}")
     return _benchmark(collection, task, splits, f"{collection.dataset_id} (config {task.name}, local cache)")
 
 
 def _checked(sequences: list[str], labels: list[int], task: NTTask, where: str) -> LabeledSequences:
+    """The split, refused (naming `where`, its file) when empty, with a label outside the task's classes, or a
+    sequence with characters outside the nucleotide alphabet."""
+    if not sequences:
+        raise ProbeError(f"{where} holds no sequences")
+    check_alphabet(sequences, where)
     bad = sorted({y for y in labels if not 0 <= y < task.num_classes})
     if bad:
         raise ProbeError(f"{where}: labels {bad[:5]} outside 0..{task.num_classes - 1} ({task.name} has "
@@ -295,5 +317,5 @@ def load_nt_task(name: str, data_dir: str | Path | None = None, load_dataset: Ca
         return load_from_hf_cache(collection, task, load_dataset)
     except ProbeError as e:
         raise ProbeError(f"{name}: no local copy ({e}). Pass --data-dir ROOT with a copy of the dataset "
-                         f"repository {collection.dataset_id} (ROOT/{task.name}/{{train,test}}.parquet or "
-                         ".fna), or load it once with datasets.load_dataset where the hub is reachable") from e
+                         f"repository {collection.dataset_id} (ROOT/{task.name}/{{train,test}}.parquet, "
+                         ".fna or .csv), or load it once with datasets.load_dataset where the hub is reachable") from e

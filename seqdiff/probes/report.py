@@ -18,6 +18,7 @@ from seqdiff.figures import pyplot, save_figure
 from seqdiff.probes.genomic_benchmarks import ALIASES, DATASETS
 from seqdiff.probes.metrics import DEFAULT_METRIC, get_metric
 from seqdiff.probes.published import PUBLISHED, PublishedRow  # noqa: F401  (PublishedRow: re-exported)
+from seqdiff.safe_io import check_output_file
 
 
 def metric_of(rows_or_row: list[dict[str, Any]] | dict[str, Any]) -> str:
@@ -130,12 +131,24 @@ def protocol_text(metric: str) -> str:
             "over seeds")
 
 
+def report_paths(out_dir: str | Path, name: str) -> tuple[Path, Path, Path]:
+    """The JSON, Markdown and PNG files of benchmark `name`'s report in `out_dir` (nt/H3 -> nt_H3.*)."""
+    stem = name.replace("/", "_")
+    out_dir = Path(out_dir)
+    return out_dir / f"{stem}.json", out_dir / f"{stem}.md", out_dir / f"{stem}.png"
+
+
+def check_report_dir(out_dir: str | Path, name: str) -> None:
+    """Refuse, before any probe runs, an --out where the report cannot be written (a file, under a file, a folder
+    without write permission, a report name taken by a folder). Creates nothing."""
+    for path in report_paths(out_dir, name):
+        check_output_file(path, "probe report")
+
+
 def write_report(out_dir: str | Path, bench, rows: list[dict[str, Any]], command: str,
                  settings: dict[str, Any], notes: list[str] | None = None) -> tuple[Path, Path]:
     """Write out_dir/NAME.json, NAME.md and NAME.png; returns the JSON and Markdown paths."""
-    out_dir = Path(out_dir)
     name = bench.name
-    stem = name.replace("/", "_")
     counts = {split: [int((data.labels == i).sum()) for i in range(len(bench.classes))]
               for split, data in (("train", bench.train), ("test", bench.test))}
     payload = {
@@ -145,7 +158,7 @@ def write_report(out_dir: str | Path, bench, rows: list[dict[str, Any]], command
         "command": command, "settings": settings, "rows": rows,
         "published": [vars(r) for r in PUBLISHED.get(name, [])], "notes": [*(notes or []), *bench.notes],
     }
-    json_path, md_path, png_path = out_dir / f"{stem}.json", out_dir / f"{stem}.md", out_dir / f"{stem}.png"
+    json_path, md_path, png_path = report_paths(out_dir, name)
     goals = goal_lines(rows)
     payload["goals"] = goals
     write_atomically(json_path, json.dumps(payload, indent=2) + "\n")
