@@ -78,6 +78,9 @@ def resolve_checkpoint_path(path: str | Path) -> Path:
     if path.is_dir():
         candidate = path / LAST_CHECKPOINT
         if not candidate.is_file() and not step_checkpoints(candidate.parent):
+            if (path / "config.yaml").is_file():  # a run that has not reached its first checkpoint
+                raise CheckpointError(f"{path} is a seqdiff run with no checkpoint yet (the first is written at "
+                                      f"train.checkpoint_every, or when training ends or is stopped)")
             raise CheckpointError(f"{path} is a directory without {LAST_CHECKPOINT}: not a seqdiff run directory "
                                   f"(nor a model exported by `seqdiff export`: no {EXPORT_CONFIG} + {EXPORT_WEIGHTS})")
         return candidate

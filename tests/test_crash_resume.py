@@ -104,3 +104,18 @@ def test_corrupted_last_checkpoint_falls_back_to_the_previous_one(tmp_path, one_
     assert err.count("error:") == 1 and "cannot be read" in err
     assert main(["train", "--run-dir", str(run), *RECIPE, *recipe, "--resume"]) == 2
     assert "--resume" in capsys.readouterr().err
+
+
+def test_a_run_without_a_checkpoint_yet_is_named_as_such(tmp_path, capsys):
+    """A run directory whose training has not written its first checkpoint is a run, not 'not a run directory'."""
+    from seqdiff.cli import main
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text("name: x\n")
+    assert main(["sample", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert f"{run} is a seqdiff run with no checkpoint yet" in err and err.count("\n") == 1
+    (run / "config.yaml").unlink()
+    assert main(["sample", str(run)]) == 2
+    assert "not a seqdiff run directory" in capsys.readouterr().err
