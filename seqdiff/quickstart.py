@@ -32,12 +32,14 @@ from seqdiff.evaluation.likelihood import evaluate_tokens
 from seqdiff.evaluation.metrics import known_word_share
 from seqdiff.evaluation.ngram import WittenBellNGram
 from seqdiff.figures import pyplot, save_figure
+from seqdiff.safe_io import WriteError
 from seqdiff.tokenizers.char import text8_normalize
 from seqdiff.training.csv_log import metric_curve, read_metrics
+from seqdiff.training.lock import RunLock
 from seqdiff.training.precision import resolve_precision, uses_cuda
 from seqdiff.training.resume import recipe_changes
-from seqdiff.training.run import LAST_CHECKPOINT, train
-from seqdiff.training.side_by_side import INTERRUPTED, ChildRun, split_threads
+from seqdiff.training.run import LAST_CHECKPOINT, TrainingInterrupted, train
+from seqdiff.training.side_by_side import INTERRUPTED, ChildRun, ChildWatch, describe, sigterm_raises, split_threads
 
 # The embedded default; configs/quickstart.yaml is the same recipe as a file (a test keeps them equal). Chosen by
 # reports/quickstart_sweep on the validation play: 2,000 steps in bf16 where the CPU multiplies bf16 natively fit
@@ -175,7 +177,7 @@ def _check_reusable(config: RunConfig, run_dir: Path) -> None:
                           "--overwrite to replace it or --run-dir to train elsewhere")
 
 
-def _train_or_reuse(config: RunConfig, run_dir: Path, clock: ProjectedTime | None = None) -> str:
+def _train_or_reuse(config: RunConfig, run_dir: Path, *callbacks: Callback) -> str:
     state = _run_state(run_dir, config.train.max_steps)
     if state == "done":
         _check_reusable(config, run_dir)
@@ -183,8 +185,36 @@ def _train_or_reuse(config: RunConfig, run_dir: Path, clock: ProjectedTime | Non
         return state
     if state == "partial":
         print(f"[quickstart] resuming the interrupted run in {run_dir}")
-    train(config, run_dir, resume=state == "partial", extra_callbacks=[clock] if clock else None)
+    train(config, run_dir, resume=state == "partial", extra_callbacks=list(callbacks) or None)
     return state
+
+
+TRAINING_RECORD = "training.json"
+"""In the run root: how each run was last trained (side by side or not, its torch threads), so that a report made
+from finished runs that a later call reuses still says how they trained."""
+
+
+def _read_training_record(run_root: Path) -> dict:
+    try:
+        record = json.loads((run_root / TRAINING_RECORD).read_text())
+    except (OSError, ValueError):
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
+def _record_training(run_root: Path, method: str, side_by_side: bool, threads: int) -> None:
+    record = _read_training_record(run_root)
+    record[method] = {"side_by_side": side_by_side, "threads": threads}
+    write_atomically(run_root / TRAINING_RECORD, json.dumps(record, indent=2) + "\n")
+
+
+def _training_report(run_root: Path) -> dict:
+    """results.json's "training": side_by_side true, false, or "partly" (a run finished alone after its
+    partner's), and the torch threads of each run's last training."""
+    record = {m: r for m, r in _read_training_record(run_root).items() if m in METHODS and isinstance(r, dict)}
+    modes = {bool(r.get("side_by_side")) for r in record.values()}
+    side_by_side = "partly" if len(modes) > 1 else modes == {True}
+    return {"side_by_side": side_by_side, "threads": {m: r.get("threads") for m, r in record.items()}}
 
 
 def _train_models(configs: dict[str, RunConfig], run_dirs: dict[str, Path], log_dir: Path,
@@ -202,10 +232,14 @@ def _train_models(configs: dict[str, RunConfig], run_dirs: dict[str, Path], log_
         for method in METHODS:
             later = METHODS[METHODS.index(method) + 1:]
             steps_after = sum(_steps_to_train(run_dirs[m], configs[m].train.max_steps) for m in later)
-            _train_or_reuse(configs[method], run_dirs[method], ProjectedTime(method, steps_after, len(METHODS)))
-        return {"side_by_side": False, "threads": {m: threads for m in todo}}
+            if _train_or_reuse(configs[method], run_dirs[method],
+                               ProjectedTime(method, steps_after, len(METHODS))) != "done":
+                _record_training(log_dir, method, False, threads)
+        return _training_report(log_dir)
 
     here, there = METHODS
+    for method in METHODS:  # a run another trainer holds: one line, before a second process is started
+        RunLock(run_dirs[method]).check_free()
     resume = _run_state(run_dirs[there], configs[there].train.max_steps) == "partial"
     log = log_dir / f"{there}.log"
     child_config = dataclasses.replace(configs[there], train=dataclasses.replace(configs[there].train,
@@ -213,22 +247,47 @@ def _train_models(configs: dict[str, RunConfig], run_dirs: dict[str, Path], log_
     print(f"[quickstart] training {here} here and {there} in a second process at the same time "
           f"({split[0]} + {split[1]} torch threads{'; resuming ' + str(run_dirs[there]) if resume else ''}); "
           f"{there}'s output: {log}", file=sys.stderr)
-    child = ChildRun(child_config, run_dirs[there], resume, split[1], log)
-    torch.set_num_threads(split[0])
-    try:
-        _train_or_reuse(configs[here], run_dirs[here], ProjectedTime(here, 0, len(METHODS), side_by_side=True))
-        status = child.wait()
-    except BaseException as stop:  # Ctrl-C, SIGTERM or an error here: the other run stops with a checkpoint too
-        child.stop(getattr(stop, "signum", signal.SIGINT if isinstance(stop, KeyboardInterrupt) else
-                           signal.SIGTERM))
-        status = child.wait()
-        saved = "stopped after writing a checkpoint" if status == INTERRUPTED else f"ended (exit status {status})"
-        print(f"[quickstart] {run_dirs[there]} (the second process) {saved}; its output: {log}", file=sys.stderr)
-        raise
-    finally:
-        torch.set_num_threads(threads)
+    longer = max(0, _steps_to_train(run_dirs[there], configs[there].train.max_steps)
+                 - _steps_to_train(run_dirs[here], configs[here].train.max_steps))  # steps the other run has more
+    with sigterm_raises():  # SIGTERM outside MDLM's training reaches the second process too
+        child = ChildRun(child_config, run_dirs[there], resume, split[1], log)
+        torch.set_num_threads(split[0])
+        try:
+            _train_or_reuse(configs[here], run_dirs[here],
+                            ProjectedTime(here, longer, len(METHODS), side_by_side=True), ChildWatch(child, here))
+            _record_training(log_dir, here, True, split[0])
+            if child.process.poll() is None:
+                print(f"[quickstart] {here} finished; waiting for {there} in the second process (its output: {log})",
+                      file=sys.stderr)
+            status = child.wait()
+        except BaseException as stop:  # Ctrl-C, SIGTERM or an error here: the other run stops with a checkpoint too
+            signum = getattr(stop, "signum", signal.SIGINT if isinstance(stop, KeyboardInterrupt) else signal.SIGTERM)
+            child.stop(signum)
+            status = child.wait()
+            print(f"[quickstart] {run_dirs[there]} (the second process) {describe(status)}; its output: {log}",
+                  file=sys.stderr)
+            if status == INTERRUPTED and isinstance(stop, KeyboardInterrupt):  # stopped while no run trained here
+                # (set-up, waiting): name the run that stopped with a checkpoint; exit with the signal's status
+                raise TrainingInterrupted(signum, _steps_done(run_dirs[there]) or 0, run_dirs[there] / LAST_CHECKPOINT,
+                                          run_dirs[there]) from stop
+            raise
+        finally:
+            torch.set_num_threads(threads)
     child.check(status)
-    return {"side_by_side": True, "threads": {here: split[0], there: split[1]}}
+    _record_training(log_dir, there, True, split[1])
+    return _training_report(log_dir)
+
+
+def _check_folder(path: Path, option: str) -> None:
+    """Refuse a folder that cannot be made or written (a file on its path, no permission), creating nothing."""
+    existing = path
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    where = f"{option} {path}" + (f": {existing}" if existing != path else "")
+    if not existing.is_dir():
+        raise WriteError(f"{where} is a file, not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise WriteError(f"{where} is not writable (permission denied)")
 
 
 def _loss_curves(run_dirs: dict[str, Path], out: Path) -> None:
@@ -254,6 +313,8 @@ def run_quickstart(out_dir: str | Path = "reports/quickstart", run_root: str | P
                    max_steps: int | None = None, overwrite: bool = False, seed: int | None = None,
                    sequential: bool = False) -> dict:
     out_dir, run_root = Path(out_dir), Path(run_root)
+    for folder, option in ((out_dir, "--out"), (run_root, "--run-dir")):  # not after minutes of training
+        _check_folder(folder, option)
     base = QUICKSTART
     if seed is not None:
         if seed < 0:
@@ -390,6 +451,9 @@ def _training_sentence(training: dict | None) -> str:
     if not training:
         return ""
     threads = ", ".join(f"{m.upper()} {n}" for m, n in training["threads"].items())
+    if training["side_by_side"] == "partly":
+        return (f"Part of the training ran side by side, in two processes at the same time, and a run finished "
+                f"alone (torch threads, last training: {threads}), so the training seconds partly overlap.")
     if training["side_by_side"]:
         return (f"The two models trained side by side, in two processes at the same time (torch threads: "
                 f"{threads}), so each model's training seconds overlap the other's.")

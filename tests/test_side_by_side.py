@@ -3,15 +3,47 @@
 import json
 import os
 import signal
+import socket
+import sys
+import threading
 import time
 from dataclasses import replace
+from types import SimpleNamespace
 
 import pytest
 import torch
 
 from seqdiff.cli import main
 from seqdiff.training import side_by_side
-from seqdiff.training.guards import RunError
+from seqdiff.training.guards import RunError, TrainingInterrupted
+from seqdiff.training.lock import RunLockedError
+
+FAKE_CHILD = ("import signal, sys, time\n"
+              "for s in (signal.SIGINT, signal.SIGTERM): signal.signal(s, lambda *a: sys.exit(3))\n"
+              "signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})\n"
+              "time.sleep(float(sys.argv[1]))\n")
+"""A second process in a fraction of a second: sleeps argv[1] seconds (then finishes), exits INTERRUPTED on a stop."""
+
+
+def fake_child(monkeypatch, seconds: float) -> None:
+    command = [sys.executable, "-c", FAKE_CHILD, str(seconds)]
+    monkeypatch.setattr(side_by_side.ChildRun, "command", staticmethod(lambda *args: command))
+
+
+@pytest.fixture
+def two_threads():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(threads)
+
+
+def quickstart_runs(tmp_path):
+    import seqdiff.quickstart as qs
+
+    configs = {m: replace(qs.QUICKSTART, name=f"quickstart-{m}", method=replace(qs.QUICKSTART.method, name=m))
+               for m in qs.METHODS}
+    return configs, {m: tmp_path / "runs" / m for m in qs.METHODS}, tmp_path / "runs"
 
 
 def test_threads_are_split_between_the_two_runs_and_one_thread_is_not():
@@ -47,13 +79,17 @@ def test_a_stop_asked_for_before_training_is_handed_to_the_runs_guard(monkeypatc
             signal.signal(signum, handler)
 
 
-def test_a_failing_second_process_is_reported_with_its_log(tmp_path):
+def test_a_failing_second_process_is_reported_with_its_log(tmp_path, monkeypatch):
     from seqdiff.quickstart import QUICKSTART
 
     data = replace(QUICKSTART.data, train_file=str(tmp_path / "missing.txt"),
                    valid_file=str(tmp_path / "missing.txt"))
     config = replace(QUICKSTART, data=data)
+    (tmp_path / "seqdiff").mkdir()  # a checkout of another version in the working directory is not what runs
+    (tmp_path / "seqdiff" / "__init__.py").write_text("raise ImportError('the seqdiff of the working directory')\n")
+    monkeypatch.chdir(tmp_path)
     child = side_by_side.ChildRun(config, tmp_path / "run", resume=False, threads=1, log=tmp_path / "child.log")
+    child.process.send_signal(signal.SIGTERM)  # while it imports: kept for its training, not the end of it
     status = child.wait()
     assert status == 1
     with pytest.raises(RunError) as e:
@@ -61,7 +97,128 @@ def test_a_failing_second_process_is_reported_with_its_log(tmp_path):
     message = str(e.value)
     assert f"training {tmp_path / 'run'} in a second process failed (exit status 1)" in message
     assert str(tmp_path / "child.log") in message and "missing.txt" in message  # the child's own error line
-    assert "Traceback" not in (tmp_path / "child.log").read_text()
+    log = (tmp_path / "child.log").read_text()
+    assert log.startswith("--- ") and f": training {tmp_path / 'run'} ---\n" in log  # each try's lines headed
+    assert "Traceback" not in log
+
+
+def test_sigterm_while_waiting_for_the_second_process_stops_it_and_names_its_checkpoint(tmp_path, monkeypatch,
+                                                                                         capsys, two_threads):
+    """A job scheduler's SIGTERM after MDLM finished, while AR trains on: passed on, not the end of this process
+    alone; the one message names AR's run and step, the exit status is SIGTERM's."""
+    import seqdiff.quickstart as qs
+
+    configs, run_dirs, root = quickstart_runs(tmp_path)
+    monkeypatch.setattr(qs, "_steps_done", lambda run_dir: {"mdlm": 50, "ar": 20}[run_dir.name])  # both resume
+    fake_child(monkeypatch, 30)
+    trained = []
+    monkeypatch.setattr(qs, "_train_or_reuse", lambda config, run_dir, *callbacks: trained.append(callbacks))
+
+    def before_the_fix(signum, frame):
+        raise AssertionError("SIGTERM reached this process alone")
+
+    previous = signal.signal(signal.SIGTERM, before_the_fix)
+    timer = threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGTERM))
+    try:
+        timer.start()
+        with pytest.raises(TrainingInterrupted) as e:
+            qs._train_models(configs, run_dirs, root, sequential=False)
+        assert signal.getsignal(signal.SIGTERM) is before_the_fix  # given back
+    finally:
+        timer.cancel()
+        signal.signal(signal.SIGTERM, previous)
+    assert (e.value.signum, e.value.step, e.value.run_dir) == (signal.SIGTERM, 20, run_dirs["ar"])
+    err = capsys.readouterr().err
+    assert f"[quickstart] mdlm finished; waiting for ar in the second process (its output: {root / 'ar.log'})" in err
+    assert f"{run_dirs['ar']} (the second process) stopped after writing a checkpoint" in err
+    assert torch.get_num_threads() == 2
+    clock, watch = trained[0]  # MDLM's projection counts the 30 steps AR has to train beyond MDLM's 10
+    assert clock.steps_after == 30 and clock.side_by_side and isinstance(watch, side_by_side.ChildWatch)
+
+
+def test_a_run_another_trainer_holds_is_refused_before_a_second_process_starts(tmp_path, monkeypatch, two_threads):
+    import seqdiff.quickstart as qs
+
+    configs, run_dirs, root = quickstart_runs(tmp_path)
+    run_dirs["ar"].mkdir(parents=True)
+    (run_dirs["ar"] / "train.lock").write_text(json.dumps({"pid": os.getppid(), "host": socket.gethostname()}))
+    monkeypatch.setattr(qs, "ChildRun", lambda *a: pytest.fail("a second process was started"))
+    with pytest.raises(RunLockedError, match=f"{run_dirs['ar']} is being written by another trainer"):
+        qs._train_models(configs, run_dirs, root, sequential=False)
+
+
+def test_a_killed_second_process_is_reported_at_once_and_in_one_line(tmp_path, monkeypatch, capsys):
+    from seqdiff.quickstart import QUICKSTART
+
+    fake_child(monkeypatch, 30)
+    child = side_by_side.ChildRun(QUICKSTART, tmp_path / "ar", resume=False, threads=1, log=tmp_path / "ar.log")
+    watch = side_by_side.ChildWatch(child, "mdlm")
+    trainer = SimpleNamespace(progress_bar_callback=None)
+    watch.on_train_batch_end(trainer, None, None, None, 0)
+    child.process.kill()
+    child.process.wait()
+    for _ in range(2):  # said once, at the next step of the run in this process
+        watch.on_train_batch_end(trainer, None, None, None, 0)
+    err = capsys.readouterr().err
+    killed = f"training {tmp_path / 'ar'} in a second process was killed by SIGKILL; the same command trains it again"
+    assert err.count(killed) == 1 and "mdlm goes on training" in err
+    with pytest.raises(RunError) as e:
+        child.check(child.wait())
+    assert str(e.value).startswith(killed) and "\n" not in str(e.value)  # no log lines: they would not say why
+
+
+def test_a_second_signal_that_ends_this_process_at_once_stops_the_second_process_with_a_checkpoint(
+        tmp_path, monkeypatch, capsys):
+    from seqdiff.quickstart import QUICKSTART
+    from seqdiff.training.guards import SignalGuard
+
+    fake_child(monkeypatch, 30)
+    child = side_by_side.ChildRun(QUICKSTART, tmp_path / "ar", resume=False, threads=1, log=tmp_path / "ar.log")
+    guard = SignalGuard()
+    side_by_side.ChildWatch(child, "mdlm").on_train_start(SimpleNamespace(checkpoint_callback=SimpleNamespace(
+        guard=guard)), None)
+    for cleanup in guard.at_hard_exit:  # what the guard runs before its os._exit
+        cleanup()
+    assert child.process.wait(timeout=30) == side_by_side.INTERRUPTED
+    err = capsys.readouterr().err
+    assert f"{tmp_path / 'ar'} (the second process) stops at its next step, with a checkpoint" in err
+
+
+def test_how_runs_trained_is_kept_for_a_report_made_from_reused_runs(tmp_path, monkeypatch, two_threads):
+    import seqdiff.quickstart as qs
+
+    configs, run_dirs, root = quickstart_runs(tmp_path)
+    fake_child(monkeypatch, 0)  # AR "trains" at once
+    steps = {"mdlm": 0, "ar": 0}
+    monkeypatch.setattr(qs, "_steps_done", lambda run_dir: steps[run_dir.name] or None)
+    monkeypatch.setattr(qs, "_train_or_reuse", lambda config, run_dir, *callbacks: "new")
+    side_by_side_report = {"side_by_side": True, "threads": {"mdlm": 1, "ar": 1}}
+    assert qs._train_models(configs, run_dirs, root, sequential=False) == side_by_side_report
+    steps.update(mdlm=configs["mdlm"].train.max_steps, ar=configs["ar"].train.max_steps)
+    monkeypatch.setattr(qs, "_train_or_reuse", lambda config, run_dir, *callbacks: "done")
+    assert qs._train_models(configs, run_dirs, root, sequential=False) == side_by_side_report  # reused, as trained
+    # AR finished alone after MDLM's side-by-side training (its second process was stopped): partly side by side
+    steps.update(ar=30)
+    monkeypatch.setattr(qs, "_train_or_reuse", lambda config, run_dir, *c: {"ar": "partial"}.get(run_dir.name, "done"))
+    partly = qs._train_models(configs, run_dirs, root, sequential=False)
+    assert partly == {"side_by_side": "partly", "threads": {"mdlm": 1, "ar": 2}}
+    assert "Part of the training ran side by side" in qs._training_sentence(partly)
+
+
+def test_out_and_run_dir_are_checked_before_any_training(tmp_path, monkeypatch):
+    import seqdiff.quickstart as qs
+    from seqdiff.safe_io import WriteError
+
+    monkeypatch.setattr(qs, "_train_models", lambda *a: pytest.fail("trained before the folders were checked"))
+    (tmp_path / "file").write_text("")
+    with pytest.raises(WriteError, match=f"--out {tmp_path / 'file' / 'out'}: {tmp_path / 'file'} is a file"):
+        qs.run_quickstart(out_dir=tmp_path / "file" / "out", run_root=tmp_path / "runs")
+    with pytest.raises(WriteError, match=f"--run-dir {tmp_path / 'file'} is a file, not a folder"):
+        qs.run_quickstart(out_dir=tmp_path / "out", run_root=tmp_path / "file", overwrite=True)
+    assert (tmp_path / "file").is_file()
+    monkeypatch.setattr(os, "access", lambda path, mode: False)
+    with pytest.raises(WriteError, match=f"--out {tmp_path / 'out'}: {tmp_path} is not writable"):
+        qs.run_quickstart(out_dir=tmp_path / "out", run_root=tmp_path / "runs")
 
 
 def test_quickstart_trains_side_by_side_stops_both_on_ctrl_c_and_resumes_both(tmp_path, capsys, monkeypatch):
@@ -111,3 +268,4 @@ def test_quickstart_trains_side_by_side_stops_both_on_ctrl_c_and_resumes_both(tm
     assert "The two models trained side by side, in two processes at the same time" in (out / "summary.md").read_text()
     log = (runs / "ar.log").read_text()  # both tries' output, the interrupted one first
     assert log.index("SIGINT at step") < log.index("`Trainer.fit` stopped: `max_steps=40` reached")
+    assert log.count(f": resuming {runs / 'ar'} ---\n") == 1 and "litlogger" not in log  # each try headed; no ads

@@ -6,20 +6,30 @@ runs one after the other on two threads: 1.21x for the quickstart's two runs of 
 start-up included (reports/quickstart_side_by_side/timing); the whole quickstart took 287 s there
 (reports/quickstart_side_by_side), against 439 s one after the other before the faster local convolution.
 
-The child is `python -m seqdiff.training.side_by_side` in a session of its own, so a terminal's Ctrl-C reaches
+The child runs this module's `main` (`python -c`, see CHILD) in a session of its own, so a terminal's Ctrl-C reaches
 this process only, and this process passes it on once: both runs then stop at a step boundary with a
 checkpoint, as a lone `seqdiff train` does. A child that finds its parent gone (killed without a chance to pass
 anything on) stops itself the same way, so no run is left training with nobody waiting for it. What the child
 prints (Lightning's lines, a traceback) goes to a log file whose last lines are shown if it fails.
+
+A stop reaches the child whenever it comes: SIGINT and SIGTERM are blocked while the child is started, so they
+wait (pending) until it has installed its handlers, and a SIGTERM to this process outside a run's own guard (set-up,
+waiting for the child) raises `Stopped`, handled like Ctrl-C's KeyboardInterrupt. The child imports the same
+seqdiff as this process, not a `seqdiff/` folder that happens to be in the working directory.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import subprocess
 import sys
+import threading
+import time
+import warnings
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -32,6 +42,57 @@ INTERRUPTED = 3
 """The child's exit status when a signal stopped it after its checkpoint was written."""
 WAIT_AFTER_SIGNAL_S = 120
 """How long a stopped child may take to finish its step and write its checkpoint before it is killed."""
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+CHILD = ("import sys; sys.path[0] = {root!r}; from seqdiff.training.side_by_side import main; "
+         "sys.exit(main(sys.argv[1:]))")
+"""The child's program: `-m` would put the working directory first on sys.path, where a checkout of another
+seqdiff version may sit; this puts the folder this process imported seqdiff from there instead."""
+
+
+class Stopped(KeyboardInterrupt):
+    """SIGTERM where no run's guard records it (set-up, waiting for the child): handled wherever Ctrl-C's
+    KeyboardInterrupt is, with the signal kept so that the child is stopped by the same one."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+@contextmanager
+def sigterm_raises():
+    """SIGTERM raises Stopped here (a run's guard still takes it over while that run trains): without this, a
+    job scheduler's SIGTERM would end this process alone, silently, and leave the child to find out later."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum, frame):
+        raise Stopped(signum)
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _block(signums) -> set | None:
+    """Block `signums` in this thread, returning the previous mask (None where the OS has no signal masks:
+    there a stop during the child's start-up ends it before it has written anything)."""
+    if not hasattr(signal, "pthread_sigmask"):
+        return None
+    return signal.pthread_sigmask(signal.SIG_BLOCK, signums)
+
+
+def describe(status: int) -> str:
+    """How a child ended, in words."""
+    if status == 0:
+        return "finished"
+    if status == INTERRUPTED:
+        return "stopped after writing a checkpoint"
+    if status < 0:
+        return f"was killed by {signal.Signals(-status).name}"
+    return f"failed (exit status {status})"
 
 
 def split_threads(threads: int) -> tuple[int, int] | None:
@@ -47,13 +108,26 @@ class ChildRun:
     def __init__(self, config: RunConfig, run_dir: Path, resume: bool, threads: int, log: Path) -> None:
         self.run_dir, self.log = Path(run_dir), Path(log)
         self.log.parent.mkdir(parents=True, exist_ok=True)
-        args = [sys.executable, "-m", "seqdiff.training.side_by_side", json.dumps(to_dict(config)),
-                str(run_dir), str(int(resume)), str(threads)]
+        self.signalled = False
         with open(self.log, "a") as out:  # appended: an earlier, interrupted try keeps its lines; the child holds
             # its own descriptor, ours closes here
-            self.process = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                            start_new_session=True)
-        self.signalled = False
+            out.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')}: {'resuming' if resume else 'training'} "
+                      f"{run_dir} ---\n")
+            out.flush()
+            blocked = _block(STOP_SIGNALS)  # inherited by the child: EarlySignals unblocks them
+            try:
+                self.process = subprocess.Popen(self.command(config, run_dir, resume, threads),
+                                                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                                start_new_session=True)
+            finally:
+                if blocked is not None:
+                    signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+
+    @staticmethod
+    def command(config: RunConfig, run_dir: Path, resume: bool, threads: int) -> list[str]:
+        root = str(Path(__file__).resolve().parents[2])  # the folder holding the seqdiff package
+        return [sys.executable, "-c", CHILD.format(root=root), json.dumps(to_dict(config)), str(run_dir),
+                str(int(resume)), str(threads)]
 
     def stop(self, signum: int = signal.SIGTERM) -> None:
         """Ask the child to stop at its next step boundary (a second call stops it at once, unsaved)."""
@@ -62,16 +136,16 @@ class ChildRun:
             self.signalled = True
 
     def wait(self) -> int:
-        """The child's exit status once it has ended. Ctrl-C while waiting is passed on (the child writes its
-        checkpoint and stops; a second Ctrl-C stops it at once), then raised here."""
+        """The child's exit status once it has ended. Ctrl-C (or Stopped) while waiting is passed on (the child
+        writes its checkpoint and stops; a second one stops it at once), then raised here."""
         try:
             return self._wait()
-        except KeyboardInterrupt:
-            self.stop(signal.SIGINT)
+        except KeyboardInterrupt as first:
+            self.stop(getattr(first, "signum", signal.SIGINT))
             try:
                 self._wait()
-            except KeyboardInterrupt:
-                self.stop(signal.SIGINT)
+            except KeyboardInterrupt as second:
+                self.stop(getattr(second, "signum", signal.SIGINT))
                 self.process.wait()
             raise
 
@@ -82,15 +156,52 @@ class ChildRun:
             self.process.kill()
             return self.process.wait()
 
-    def check(self, status: int) -> None:
-        """Raise for a child that did not finish its run: naming the run, its log and the log's last lines."""
+    def problem(self, status: int) -> str | None:
+        """One line for a child that did not finish its run (None when it did): the run, how it ended, its log."""
         if status == 0:
+            return None
+        after = ("; the same command resumes it" if status == INTERRUPTED else
+                 "; the same command trains it again, from its last checkpoint if it has one" if status < 0 else "")
+        return f"training {self.run_dir} in a second process {describe(status)}{after}; its output is in {self.log}"
+
+    def check(self, status: int) -> None:
+        """Raise for a child that did not finish its run: naming the run, its log and the log's last lines (not
+        for a child killed by a signal: its last lines are whatever it printed before, not why)."""
+        problem = self.problem(status)
+        if problem is None:
             return
         tail = self.log.read_text(errors="replace").strip().splitlines()[-5:] if self.log.is_file() else []
-        what = ("stopped after writing a checkpoint" if status == INTERRUPTED
-                else f"failed (exit status {status})")
-        raise RunError(f"training {self.run_dir} in a second process {what}; its output is in {self.log}"
-                       + "".join(f"\n  {line}" for line in tail))
+        raise RunError(problem + "".join(f"\n  {line}" for line in tail if status > 0))
+
+
+class ChildWatch(Callback):
+    """In this process: a child whose run ended early (killed, failed) is reported at the next step, not only
+    when this process's own run has finished, minutes later; this run goes on. A second signal, which ends this
+    process at once, says what becomes of the child (it stops at its next step, with a checkpoint)."""
+
+    def __init__(self, child: ChildRun, here: str) -> None:
+        self.child, self.here, self.told = child, here, False
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        guard = getattr(trainer.checkpoint_callback, "guard", None)  # the run's SignalGuard (StepCheckpoint)
+        if guard is not None:
+            guard.at_hard_exit.append(self._exiting)
+
+    def _exiting(self) -> None:
+        if self.child.process.poll() is None:
+            self.child.stop(signal.SIGTERM)
+            print(f"[quickstart] {self.child.run_dir} (the second process) stops at its next step, with a "
+                  f"checkpoint; its output: {self.child.log}", file=sys.stderr, flush=True)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        status = self.child.process.poll()
+        if self.told or status is None or status == 0:
+            return
+        self.told = True
+        line = (f"[quickstart] {self.child.problem(status)}; {self.here} goes on training, then this error stops "
+                "the quickstart")
+        bar = getattr(trainer, "progress_bar_callback", None)
+        (bar.print if bar is not None else print)(line, file=sys.stderr)
 
 
 class OrphanWatch(Callback):
@@ -106,12 +217,15 @@ class OrphanWatch(Callback):
 
 class EarlySignals(Callback):
     """In the child: a stop asked for before training started (while importing, building the data) is kept and
-    handed to the run's own signal guard once it is in place, so that it still ends with a checkpoint."""
+    handed to the run's own signal guard once it is in place, so that it still ends with a checkpoint. The
+    child starts with SIGINT and SIGTERM blocked (ChildRun): one sent while it imported is delivered here."""
 
     def __init__(self) -> None:
         self.signum: int | None = None
-        for signum in (signal.SIGINT, signal.SIGTERM):
+        for signum in STOP_SIGNALS:
             signal.signal(signum, self._record)
+        if hasattr(signal, "pthread_sigmask"):
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
 
     def _record(self, signum, frame) -> None:
         self.signum = signum
@@ -129,6 +243,9 @@ def main(argv: list[str]) -> int:
 
     early = EarlySignals()
     config_json, run_dir, resume, threads = argv
+    # the lines `seqdiff` itself drops (cli._quiet_third_party_noise), or they fill the log tail shown on a failure
+    logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(lambda r: "litlogger" not in str(r.msg))
+    warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)` is deprecated")
     torch.set_num_threads(int(threads))
     torch.set_float32_matmul_precision("high")
     try:
