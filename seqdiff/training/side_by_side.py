@@ -2,9 +2,10 @@
 
 Why: the models a CPU trains in minutes are small (the quickstart's: 128 wide, 2 layers, 4,096 tokens a
 step), and their operators use a second thread poorly, so two runs on one thread each finish sooner than the same
-runs one after the other on two threads: 1.21x for the quickstart's two runs of 120 steps on a 2-core host,
-start-up included (reports/quickstart_side_by_side/timing); the whole quickstart took 287 s there
-(reports/quickstart_side_by_side), against 439 s one after the other before the faster local convolution.
+runs one after the other on two threads: 1.20-1.21x in two measurements of the quickstart's two runs of 120 steps
+on a 2-core host, start-up included (reports/quickstart_side_by_side/timing); the whole quickstart took 287 s and
+315 s there (reports/quickstart_side_by_side; the host ran ~12% slower for the second), against 439 s one after the
+other before the faster local convolution.
 
 The child runs this module's `main` (`python -c`, see CHILD) in a session of its own, so a terminal's Ctrl-C reaches
 this process only, and this process passes it on once: both runs then stop at a step boundary with a
