@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 import torch
 
-from seqdiff.config import load_run_config
+from seqdiff.config import ConfigError, load_run_config
 from seqdiff.training.module import lr_lambda
 from seqdiff.training.run import RunError, train
 
@@ -83,8 +83,8 @@ def test_bad_data_fails_before_writing(tmp_path):
     cfg = tiny_config(**{"data.train_file": str(tmp_path / "missing.txt")})
     with pytest.raises(ValueError, match="missing.txt"):
         train(cfg, tmp_path / "r")
-    cfg = tiny_config(**{"data.seq_len": 128})
-    with pytest.raises(RunError, match="max_seq_len"):
+    cfg = tiny_config(**{"data.seq_len": 128})  # a recipe error (methods.check_trainable), as `seqdiff config` says
+    with pytest.raises(ConfigError, match="data.seq_len=128 exceeds model.max_seq_len"):
         train(cfg, tmp_path / "r")
 
 
