@@ -5,7 +5,10 @@ plays, lowercased to the text8 alphabet), the token budget and the optimizer. Th
 the unseen test play (MDLM: NELBO upper bound; AR: exact NLL) in bits per character, draws samples (MDLM
 with the cached sampler), and writes reports/quickstart/{summary.md, results.json, loss_curves.png}.
 
-An interrupted quickstart resumes its runs on the next call; a finished run is reused, not retrained.
+On a CPU with two threads or more the two trainings run side by side, AR in a second process
+(seqdiff.training.side_by_side), the threads split: at this size that finishes both sooner than one after the
+other (`--sequential`). An interrupted quickstart resumes its runs on the next call; a finished run is reused,
+not retrained.
 """
 
 from __future__ import annotations
