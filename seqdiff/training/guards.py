@@ -93,8 +93,8 @@ class SignalGuard:
     def _handle(self, signum, frame) -> None:
         name = signal.Signals(signum).name
         if self.signum is not None:  # the second request: stop now
-            print(f"seqdiff train: {name} again: stopping now without saving; {self.step_saved} is what "
-                  f"--resume continues from", file=sys.stderr, flush=True)
+            print(f"seqdiff train: {name} again: stopping now without saving; {self.step_saved} is where a "
+                  f"resumed run continues from", file=sys.stderr, flush=True)
             for cleanup in self.at_hard_exit:
                 try:
                     cleanup()
