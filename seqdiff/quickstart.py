@@ -35,7 +35,7 @@ from seqdiff.evaluation.likelihood import evaluate_tokens
 from seqdiff.evaluation.metrics import known_word_share
 from seqdiff.evaluation.ngram import WittenBellNGram
 from seqdiff.figures import pyplot, save_figure
-from seqdiff.safe_io import WriteError
+from seqdiff.safe_io import check_output_folder
 from seqdiff.tokenizers.char import text8_normalize
 from seqdiff.training.csv_log import metric_curve, read_metrics
 from seqdiff.training.lock import RunLock
@@ -281,18 +281,6 @@ def _train_models(configs: dict[str, RunConfig], run_dirs: dict[str, Path], log_
     return _training_report(log_dir)
 
 
-def _check_folder(path: Path, option: str) -> None:
-    """Refuse a folder that cannot be made or written (a file on its path, no permission), creating nothing."""
-    existing = path
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
-    where = f"{option} {path}" + (f": {existing}" if existing != path else "")
-    if not existing.is_dir():
-        raise WriteError(f"{where} is a file, not a folder")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise WriteError(f"{where} is not writable (permission denied)")
-
-
 def _loss_curves(run_dirs: dict[str, Path], out: Path) -> None:
     plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
@@ -317,7 +305,7 @@ def run_quickstart(out_dir: str | Path = "reports/quickstart", run_root: str | P
                    sequential: bool = False) -> dict:
     out_dir, run_root = Path(out_dir), Path(run_root)
     for folder, option in ((out_dir, "--out"), (run_root, "--run-dir")):  # not after minutes of training
-        _check_folder(folder, option)
+        check_output_folder(folder, option)
     base = QUICKSTART
     if seed is not None:
         if seed < 0:

@@ -89,14 +89,29 @@ def check_output_file(path: str | Path, what: str = "output file") -> Path:
         raise WriteError(f"{what} {path} is a folder; name a file")
     if is_special(path):  # /dev/null, a named pipe: written through
         return path
-    folder = path.parent
-    while not folder.exists() and folder != folder.parent:
-        folder = folder.parent
-    if folder.exists() and not folder.is_dir():
-        raise WriteError(f"{what} {path}: {folder} is a file, not a folder")
-    if folder.is_dir() and not os.access(folder, os.W_OK | os.X_OK):
-        raise WriteError(f"{what} {path}: {folder} is not writable (permission denied)")
+    _check_writable_from(path.parent, f"{what} {path}", path)
     return path
+
+
+def check_output_folder(path: str | Path, what: str = "output folder") -> Path:
+    """Refuse, before the work that would fill it, a folder that cannot be made or written into: a file on its
+    path, or no permission where it would be made. Creates nothing."""
+    path = Path(path)
+    _check_writable_from(path, f"{what} {path}", path)
+    return path
+
+
+def _check_writable_from(folder: Path, where: str, target: Path) -> None:
+    """The nearest existing folder at or above `folder` must be a folder this process can write into; `where`
+    names the output (`target`), and the folder at fault is named after it unless it is the target itself."""
+    existing = folder
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    named = where if existing == target else f"{where}: {existing}"
+    if existing.exists() and not existing.is_dir():
+        raise WriteError(f"{named} is a file, not a folder")
+    if existing.is_dir() and not os.access(existing, os.W_OK | os.X_OK):
+        raise WriteError(f"{named} is not writable (permission denied)")
 
 
 def is_special(path: str | Path) -> bool:
