@@ -21,12 +21,10 @@ import argparse
 import dataclasses
 import itertools
 import json
-import logging
 import os
 import re
 import sys
 import typing
-import warnings
 from collections.abc import Callable
 from pathlib import Path
 
@@ -48,6 +46,7 @@ from seqdiff.options import (
     saved_section,
     split_overrides,
 )
+from seqdiff.training.quiet import quiet_third_party_noise
 
 
 def _config_keys_help(commands: bool = False) -> str:
@@ -915,25 +914,9 @@ def _check_out(options: typing.Any, section: str, checkpoint: str | None) -> Non
                                  f"output there would destroy it, name another file")
 
 
-class _DropLightningTips(logging.Filter):
-    """Lightning's advertisement for its cloud logger, printed at every Trainer: nothing a user can act on."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return "litlogger" not in str(record.msg)
-
-
-def _quiet_third_party_noise() -> None:
-    """Lines that Lightning prints on every run and that say nothing about this run: its cloud-logger tip, and
-    a deprecation inside Lightning's own code that the installed torch warns about (not ours to fix)."""
-    logger = logging.getLogger("lightning.pytorch.utilities.rank_zero")
-    if not any(isinstance(f, _DropLightningTips) for f in logger.filters):
-        logger.addFilter(_DropLightningTips())
-    warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)` is deprecated")
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    _quiet_third_party_noise()
+    quiet_third_party_noise()
     try:
         args = parse(argv)
     except KeyboardInterrupt:  # Ctrl-C while the command's modules are still importing

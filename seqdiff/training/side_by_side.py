@@ -22,14 +22,12 @@ seqdiff as this process, not a `seqdiff/` folder that happens to be in the worki
 from __future__ import annotations
 
 import json
-import logging
 import os
 import signal
 import subprocess
 import sys
 import threading
 import time
-import warnings
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -38,6 +36,7 @@ from lightning.pytorch import Callback
 
 from seqdiff.config import RunConfig, from_dict, to_dict
 from seqdiff.training.guards import RunError
+from seqdiff.training.quiet import quiet_third_party_noise
 
 INTERRUPTED = 3
 """The child's exit status when a signal stopped it after its checkpoint was written."""
@@ -244,9 +243,7 @@ def main(argv: list[str]) -> int:
 
     early = EarlySignals()
     config_json, run_dir, resume, threads = argv
-    # the lines `seqdiff` itself drops (cli._quiet_third_party_noise), or they fill the log tail shown on a failure
-    logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(lambda r: "litlogger" not in str(r.msg))
-    warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)` is deprecated")
+    quiet_third_party_noise()  # as `seqdiff` does, or they fill the log tail shown on a failure
     torch.set_num_threads(int(threads))
     torch.set_float32_matmul_precision("high")
     try:
