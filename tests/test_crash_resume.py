@@ -1,5 +1,6 @@
 """Crash-safe training: kill -9 mid-run, `--resume`, same final weights; a corrupted last.ckpt falls back."""
 
+import json
 import os
 import signal
 import subprocess
@@ -57,9 +58,14 @@ def test_kill_9_then_resume_reaches_the_uninterrupted_weights(tmp_path, one_thre
     assert proc.returncode == -signal.SIGKILL
     killed_at = _state(run / "checkpoints" / "last.ckpt")[0]
     assert 0 < killed_at < STEPS, "the run must be killed mid-way"
+    # the seconds up to the checkpoint it resumes from are kept (timing.json was written at the end only)
+    killed_timing = json.loads((run / "timing.json").read_text())
+    assert killed_timing["step"] == killed_at and killed_timing["train_seconds"] > 0
 
     # resumed in this process (the same command line; one import of torch and Lightning less than a subprocess)
     assert main(_cli(run, *recipe, "--resume")[3:]) == 0
+    timing = json.loads((run / "timing.json").read_text())
+    assert timing["step"] == STEPS and timing["train_seconds"] > killed_timing["train_seconds"]
 
     reference = train(load_run_config(None, [*RECIPE, *recipe]), tmp_path / "uninterrupted")
     step, weights, ema = _state(run / "checkpoints" / "last.ckpt")

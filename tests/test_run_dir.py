@@ -18,7 +18,7 @@ from seqdiff.evaluation.zeroshot import read_eval_results
 from seqdiff.training.guards import NonFiniteLossError, NonFiniteWeightsError, RunError
 from seqdiff.training.lock import LOCK_NAME, RunLock, RunLockedError
 from seqdiff.training.resume import RESUMABLE_KEYS
-from seqdiff.training.run import train
+from seqdiff.training.run import TrainingClock, train
 
 FIXTURE = "tests/fixtures/shakespeare_tiny.txt"
 RECIPE = ["model.preset=test", "model.max_seq_len=64", "data.seq_len=32", "data.batch_size=4",
@@ -335,3 +335,24 @@ def test_export_refuses_to_write_into_or_over_a_run(tiny_run, target, capsys):
     assert main(["export", str(tiny_run), str(out), "--overwrite"]) == 2
     assert "never writes into or over a run's own files" in capsys.readouterr().err
     assert sorted(p.name for p in (tiny_run / "checkpoints").iterdir()) == before
+
+
+def test_the_training_clock_sums_over_processes_and_rewrites_a_garbled_file(tmp_path):
+    """timing.json: this process's seconds added to the earlier ones at each record; a file that is not the
+    clock's own counts as 0 seconds and is rewritten; a clock never started (processes other than 0) writes
+    nothing."""
+    path = tmp_path / "timing.json"
+    TrainingClock(tmp_path).record(7)
+    assert not path.exists()
+    path.write_text("{half a file")
+    clock = TrainingClock(tmp_path)
+    clock.start()
+    clock.record(3)
+    first = json.loads(path.read_text())
+    assert first["step"] == 3 and 0 <= first["train_seconds"] < 60
+    path.write_text(json.dumps({"train_seconds": 100.0, "step": 3}))
+    later = TrainingClock(tmp_path)
+    later.start()
+    later.record(6)
+    second = json.loads(path.read_text())
+    assert second["step"] == 6 and 100.0 <= second["train_seconds"] < 160

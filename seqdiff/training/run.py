@@ -86,6 +86,34 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         atomic_torch_save(checkpoint, path)
 
 
+class TrainingClock:
+    """Wall-clock training seconds of a run directory, summed over resumes: <run_dir>/timing.json,
+    {"train_seconds": ..., "step": ...}.
+
+    Written at every checkpoint as well as at the end, so a run that ends without a word (kill -9, a second
+    Ctrl-C, a crash) keeps the seconds up to the checkpoint its resume continues from (the steps after it are
+    trained again, and timed again); it used to be written at the end only, and such a run lost all its seconds.
+    An unreadable timing.json counts as 0 seconds (it is rewritten whole at the next record)."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.path = run_dir / "timing.json"
+        self.before = 0.0  # seconds of earlier processes
+        self.started: float | None = None
+
+    def start(self) -> None:
+        try:
+            self.before = float(json.loads(self.path.read_text()).get("train_seconds", 0.0))
+        except (OSError, ValueError, AttributeError, TypeError):  # absent, or not the dict this class writes
+            self.before = 0.0
+        self.started = time.perf_counter()
+
+    def record(self, step: int) -> None:
+        """Write the seconds so far (this process's since start(), plus the earlier ones) and the step."""
+        if self.started is not None:
+            seconds = self.before + time.perf_counter() - self.started
+            atomic_write_text(self.path, json.dumps({"train_seconds": seconds, "step": step}) + "\n")
+
+
 class StepCheckpoint(ModelCheckpoint):
     """ModelCheckpoint that also writes the final step when max_steps is not a multiple of checkpoint_every.
 
@@ -100,9 +128,11 @@ class StepCheckpoint(ModelCheckpoint):
     run directory, so a resume always continues into checkpoints/last.ckpt.
     """
 
-    def __init__(self, *args, guard: SignalGuard | None = None, saved_step: int | None = None, **kwargs):
+    def __init__(self, *args, guard: SignalGuard | None = None, saved_step: int | None = None,
+                 clock: TrainingClock | None = None, **kwargs):
         super().__init__(*args, enable_version_counter=False, **kwargs)
         self.guard = guard
+        self.clock = clock  # timing.json follows every checkpoint written
         self.saved_step = saved_step
         """Step of the newest checkpoint on disk (the resumed one until this run writes one)."""
         self.interrupted_at: int | None = None
@@ -138,6 +168,8 @@ class StepCheckpoint(ModelCheckpoint):
             raise NonFiniteWeightsError(non_finite_message(trainer.global_step, what, tcfg.lr, tcfg.grad_clip,
                                                            self._kept())) from e
         self.saved_step = trainer.global_step
+        if self.clock is not None:
+            self.clock.record(trainer.global_step)
         if self.guard is not None:
             self.guard.step_saved = f"{Path(self.dirpath) / LAST_CHECKPOINT.name} (step {self.saved_step})"
 
@@ -218,13 +250,6 @@ class TrainResult:
     checkpoint: Path
     module: SeqDiffModule
     trainer: L.Trainer
-
-
-def _add_training_time(run_dir: Path, seconds: float, step: int) -> None:
-    """Accumulate wall-clock training time across resumes in <run_dir>/timing.json."""
-    path = run_dir / "timing.json"
-    total = json.loads(path.read_text()).get("train_seconds", 0.0) if path.is_file() else 0.0
-    atomic_write_text(path, json.dumps({"train_seconds": total + seconds, "step": step}) + "\n")
 
 
 def resolve_init_from(value: str) -> Path:
@@ -364,9 +389,10 @@ def train(config: RunConfig, run_dir: str | Path, resume: bool = False,
                   file=sys.stderr)
 
     guard = SignalGuard()
+    clock = TrainingClock(run_dir)  # started on process 0 only: the others never record
     checkpointer = StepCheckpoint(dirpath=run_dir / "checkpoints", filename="step{step}", save_last=True,
                                   every_n_train_steps=tcfg.checkpoint_every, save_top_k=1,
-                                  auto_insert_metric_name=False, guard=guard, saved_step=resume_step)
+                                  auto_insert_metric_name=False, guard=guard, saved_step=resume_step, clock=clock)
     callbacks = [checkpointer]
     if tcfg.ema_decay > 0:
         callbacks.append(EMA(tcfg.ema_decay))
@@ -428,7 +454,8 @@ def train(config: RunConfig, run_dir: str | Path, resume: bool = False,
                 tokenizer.save_pretrained(run_dir)
             except OSError as e:
                 raise WriteError(f"cannot write the tokenizer into {run_dir}: {os_cause(e)}") from e
-        start = time.perf_counter()
+        if rank_zero_only.rank == 0:  # one writer in a multi-process run
+            clock.start()
         guard.install()  # a signal during set-up stops at the first step boundary
         try:
             with warnings.catch_warnings():  # on resume the folder holds this run's own checkpoints, as it should
@@ -438,8 +465,7 @@ def train(config: RunConfig, run_dir: str | Path, resume: bool = False,
             guard.uninstall()
             if tcfg.wandb and rank_zero_only.rank == 0 and wandb_logger._experiment is not None:
                 wandb_logger.experiment.finish()
-        if rank_zero_only.rank == 0:  # one writer in a multi-process run
-            _add_training_time(run_dir, time.perf_counter() - start, trainer.global_step)
+        clock.record(trainer.global_step)
     finally:
         lock.release()
     if checkpointer.interrupted_at is not None:
