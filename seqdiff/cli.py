@@ -277,17 +277,23 @@ def _refuse_unread_sample_options(args: argparse.Namespace, method: typing.Any) 
                        f"{'it' if len(unread) == 1 else 'them'})")
 
 
-def _refuse_unused_overlap(args: argparse.Namespace, cfg, model, context: int) -> None:
-    """An --overlap the user gave shapes semi-autoregressive blocks only: refused, saying why, where this sample
-    has none (it fits the context, --length / --semi-ar was not asked for, or the sampler makes any length)."""
+def _refuse_unused_block_options(args: argparse.Namespace, cfg, model, context: int) -> None:
+    """--semi-ar and --overlap, where the user gave them, shape semi-autoregressive blocks only: refused, saying
+    why, where this sample has none. --semi-ar: the sampler makes any length block by block itself (bd3lm's);
+    --overlap: also where the sample fits the context or neither --length nor --semi-ar was asked for."""
     from seqdiff.evaluation.generate import in_blocks
     from seqdiff.options import explicit_keys, given_as
     from seqdiff.samplers import SAMPLERS, SamplerError, sampler_name
 
-    if "overlap" not in explicit_keys("sample", args):
-        return
+    explicit = explicit_keys("sample", args)
     name = sampler_name(cfg.sampler, model.method)
     sampler_class = SAMPLERS.get(name)
+    if "semi_ar" in explicit and args.sample.semi_ar and getattr(sampler_class, "any_length", False):
+        raise SamplerError(f"{given_as('sample', SampleOptions, 'semi_ar', args)} asks for semi-autoregressive "
+                           f"blocks, and the {name} sampler generates any length block by block itself (--length "
+                           f"or --seq-len alone sets the length)")
+    if "overlap" not in explicit:
+        return
     length = cfg.seq_len or model.seq_len
     if sampler_class is None or in_blocks(cfg, sampler_class, length, context):
         return
@@ -385,7 +391,7 @@ def cmd_sample(args: argparse.Namespace) -> int:
     cfg = dataclasses.replace(o.sample_config(), seq_len=length,
                               semi_ar=o.semi_ar or o.length is not None or infill is not None)
     options = SAMPLERS[cfg.sampler].options_from_config(cfg) if cfg.sampler in SAMPLERS else {}
-    _refuse_unused_overlap(args, cfg, model, context)
+    _refuse_unused_block_options(args, cfg, model, context)
     if cfg.sampler == "edlm":  # importance sampling with an energy (seqdiff.samplers.edlm_importance)
         from seqdiff.edlm import load_energy
 

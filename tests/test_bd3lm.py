@@ -503,6 +503,11 @@ def test_train_eval_sample_export(run, tmp_path, capsys):
         texts = [block.split("\n", 1)[1] for block in captured.out.split("=== sample ")[1:]]
         assert len(texts) == 2 and all(t.startswith("the ") for t in texts)
         assert f"(bd3lm_{sampler} sampler, {kind})" in captured.err
+    assert main(["sample", str(run), "--semi-ar", "--length", "70", "--steps", "4"]) == 2  # blocks are its own
+    assert ("--semi-ar asks for semi-autoregressive blocks, and the bd3lm sampler generates any length block by "
+            "block itself (--length or --seq-len alone sets the length)") in capsys.readouterr().err
+    assert main(["sample", str(run), "sample.semi_ar=false", "--length", "40", "--steps", "4"]) == 0  # not asked
+    capsys.readouterr()
     assert main(["sample", str(run), "--sampler", "first_hitting", "--steps", "4"]) == 2  # it would ignore --steps
     assert ("--steps 4 is read by --sampler bd3lm, bd3lm_uncached, confidence, remdm only (this run samples with "
             "bd3lm_first_hitting, which would ignore it)") in capsys.readouterr().err
