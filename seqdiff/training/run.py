@@ -29,6 +29,7 @@ import signal
 import sys
 import time
 import warnings
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -64,6 +65,7 @@ from seqdiff.training.guards import (  # noqa: F401 (RunError is imported from h
     relocate_checkpoint_state,
     step_flags,
 )
+from seqdiff.training.host_memory import reuse_freed_memory
 from seqdiff.training.lock import RunLock
 from seqdiff.training.module import SeqDiffModule, check_micro_batch
 from seqdiff.training.precision import resolve_precision
@@ -458,7 +460,9 @@ def train(config: RunConfig, run_dir: str | Path, resume: bool = False,
             clock.start()
         guard.install()  # a signal during set-up stops at the first step boundary
         try:
-            with warnings.catch_warnings():  # on resume the folder holds this run's own checkpoints, as it should
+            # on CPU, the memory a step frees stays mapped for the next step (seqdiff.training.host_memory)
+            host_memory = reuse_freed_memory() if trainer.strategy.root_device.type == "cpu" else nullcontext()
+            with warnings.catch_warnings(), host_memory:  # on resume the folder holds this run's own checkpoints
                 warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")
                 trainer.fit(module, datamodule=data, ckpt_path=str(ckpt_path) if ckpt_path is not None else None)
         finally:  # close the wandb run, or the next train() in this process would log into it
