@@ -63,6 +63,9 @@ CANDIDATES: dict[str, list[str]] = {
     # session 28, against the 1,100-step recipe with k-mers (MDLM only, `--methods mdlm`): the library's default
     # estimator (auto: mask_count with mask_count_law=inverse_sqrt) in place of the recipe's antithetic times
     "time_auto": ["method.time_sampling=auto"],
+    # session 34, against the recipe with the library's default estimator: the exact (erf) GELU in place of the
+    # tanh approximation, whose CPU kernel takes about twice as long forward + backward (same quality expected)
+    "gelu_exact": ["model.activation=gelu"],
 }
 """Recipes tried, as overrides of seqdiff.quickstart.QUICKSTART (the preset's width is overridden too). The
 recipe changed in session 13 (2,000 steps, train.precision=bf16-if-native): the rows of

@@ -57,6 +57,7 @@ def test_quickstart_end_to_end_and_reuse(tmp_path, capsys, monkeypatch):
         assert 0 <= r["known_word_share"] <= 1 and r["words_counted"] > 0
     summary = (out / "summary.md").read_text()
     assert "(model.kmer_sizes, hashed into at most 65,536 rows per size)" in summary
+    assert ", the exact (erf) GELU in the MLPs (model.activation=gelu), blocks of 128" in summary
     assert "romeo_and_juliet" in summary and "| MDLM |" in summary and "| AR |" in summary
     assert "nucleus sampling at top_p 0.9" in summary  # the samples' setting is stated
     assert "MDLM's training noise: method.time_sampling mask_count, mask_count_law inverse_sqrt" in summary
