@@ -4,7 +4,7 @@
         [--threads 1] [--variant NAME ...]
 
 A variant (VARIANTS below) is a list of `section.key=value` overrides of the quickstart recipe (seqdiff.quickstart)
-and whether the step runs inside `seqdiff.training.host_memory.reuse_freed_memory()`. Each round runs every
+and whether the step runs inside `seqdiff.host_memory.reuse_freed_memory()`. Each round runs every
 variant once, each in a fresh process (a mmap threshold set by hand cannot be unset), in an order that rotates
 from round to round; each process times the recipe's training step (loss, backward, gradient clipping, AdamW,
 EMA update, as the trainer runs them) for MDLM and AR, `--steps` steps after 5 warm-up steps, at `--threads`
@@ -44,11 +44,11 @@ def worker(variant: dict, method: str, steps: int, threads: int) -> dict:
     import torch
 
     from seqdiff.config import RunConfig, apply_overrides, from_dict, to_dict
+    from seqdiff.host_memory import reuse_freed_memory
     from seqdiff.methods.base import Batch
     from seqdiff.optim import adamw_with_warmup, decay_groups, lr_multiplier
     from seqdiff.quickstart import QUICKSTART
     from seqdiff.tokenizers import build_tokenizer
-    from seqdiff.training.host_memory import reuse_freed_memory
     from seqdiff.training.module import SeqDiffModule
 
     torch.set_num_threads(threads)

@@ -1,4 +1,4 @@
-"""seqdiff.training.host_memory: inside reuse_freed_memory() a freed block is reused without new page faults."""
+"""seqdiff.host_memory: inside reuse_freed_memory() a freed block is reused without new page faults."""
 
 import ctypes
 import resource
@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from seqdiff.training.host_memory import reuse_freed_memory
+from seqdiff.host_memory import reuse_freed_memory
 
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt: Linux only")
 
@@ -42,6 +42,12 @@ def test_a_freed_block_is_reused_without_faulting_its_pages_in_again():
         faults = [_cycle(libc, size) for _ in range(3)]
     assert max(faults[1:]) < pages // 10, f"page faults per cycle {faults} ({pages} pages)"
     assert _cycle(libc, size) >= pages // 2  # after it: above 32 MiB, mapped and returned at free again
+    with reuse_freed_memory() as outer:
+        with reuse_freed_memory() as inner:  # an evaluation inside training
+            assert outer and inner
+        _cycle(libc, size)
+        nested = [_cycle(libc, size) for _ in range(2)]
+    assert max(nested) < pages // 10, f"the inner block undid the outer one's setting: {nested}"
 
 
 def test_outside_linux_nothing_is_set(monkeypatch):
@@ -50,11 +56,14 @@ def test_outside_linux_nothing_is_set(monkeypatch):
         assert applied is False
 
 
-def test_cpu_training_runs_inside_it(tmp_path, monkeypatch):
+def test_cpu_training_and_evaluation_run_inside_it(tmp_path, monkeypatch):
     import contextlib
 
+    import seqdiff.evaluation.likelihood as likelihood
     import seqdiff.training.run as run_module
+    from seqdiff.checkpoint import load_checkpoint
     from seqdiff.config import load_run_config
+    from seqdiff.data.text import tokenize_file
 
     fixture = "tests/fixtures/shakespeare_tiny.txt"
     entered = []
@@ -66,8 +75,12 @@ def test_cpu_training_runs_inside_it(tmp_path, monkeypatch):
         entered.append("out")
 
     monkeypatch.setattr(run_module, "reuse_freed_memory", spy)
+    monkeypatch.setattr(likelihood, "reuse_freed_memory", spy)
     recipe = ["model.preset=test", "model.max_seq_len=32", "data.seq_len=32", "data.batch_size=4",
               f"data.train_file={fixture}", f"data.valid_file={fixture}", f"data.test_file={fixture}",
               "train.max_steps=2", "train.val_every=2", "train.val_batches=1", "train.progress_bar=false"]
     run_module.train(load_run_config(None, recipe), tmp_path / "run")
-    assert entered == ["in", "out"]
+    assert entered == ["in", "out"]  # around trainer.fit (validation included)
+    model = load_checkpoint(tmp_path / "run")
+    report = likelihood.evaluate_tokens(model, tokenize_file(fixture, model.tokenizer)[:200], batch_size=4)
+    assert entered == ["in", "out", "in", "out"] and report["bits_per_token"] > 0

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
+from contextlib import nullcontext
 from typing import Any
 
 import numpy as np
@@ -20,6 +21,7 @@ from torch.utils.data import DataLoader
 from seqdiff.checkpoint import LoadedModel
 from seqdiff.data.blocks import TiledBlocks, step_generator
 from seqdiff.evaluation.ordered import is_exact, ordered_nll
+from seqdiff.host_memory import reuse_freed_memory
 from seqdiff.methods import Batch
 
 
@@ -55,9 +57,11 @@ def evaluate_batches(model: LoadedModel, loader, num_t_samples: int = 1, seed: i
         loader = tqdm(loader, desc="eval", unit="batch")
     total = torch.zeros((), dtype=torch.float64)
     count = torch.zeros((), dtype=torch.float64)
-    for nll_sum, n in batch_nlls(model, loader, num_t_samples, seed, orders):
-        total += nll_sum
-        count += n
+    on_cpu = next(model.backbone.parameters()).device.type == "cpu"
+    with reuse_freed_memory() if on_cpu else nullcontext():  # freed blocks reused by the next batch
+        for nll_sum, n in batch_nlls(model, loader, num_t_samples, seed, orders):
+            total += nll_sum
+            count += n
     return nll_report(total.item(), count.item(), model, num_t_samples, order)
 
 

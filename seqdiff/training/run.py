@@ -45,6 +45,7 @@ from seqdiff.backbones import BLOCKS, load_pretrained, pretrained_model_config
 from seqdiff.checkpoint import CheckpointError, latest_readable_checkpoint, step_checkpoints
 from seqdiff.config import RunConfig, TrainConfig, to_dict
 from seqdiff.data import build_data_module
+from seqdiff.host_memory import reuse_freed_memory
 from seqdiff.methods import build_model, check_trainable
 from seqdiff.safe_io import WriteError, atomic_torch_save, atomic_write_text, ensure_dir, os_cause
 from seqdiff.samplers import SAMPLERS
@@ -65,7 +66,6 @@ from seqdiff.training.guards import (  # noqa: F401 (RunError is imported from h
     relocate_checkpoint_state,
     step_flags,
 )
-from seqdiff.training.host_memory import reuse_freed_memory
 from seqdiff.training.lock import RunLock
 from seqdiff.training.module import SeqDiffModule, check_micro_batch
 from seqdiff.training.precision import resolve_precision
@@ -460,7 +460,7 @@ def train(config: RunConfig, run_dir: str | Path, resume: bool = False,
             clock.start()
         guard.install()  # a signal during set-up stops at the first step boundary
         try:
-            # on CPU, the memory a step frees stays mapped for the next step (seqdiff.training.host_memory)
+            # on CPU, the memory a step frees stays mapped for the next step (seqdiff.host_memory)
             host_memory = reuse_freed_memory() if trainer.strategy.root_device.type == "cpu" else nullcontext()
             with warnings.catch_warnings(), host_memory:  # on resume the folder holds this run's own checkpoints
                 warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")

@@ -1,4 +1,5 @@
-"""Keep the memory a CPU training step frees for the next step, instead of handing it back to the kernel.
+"""Keep the memory a CPU training step (or evaluation batch) frees for the next one, instead of handing it back to
+the kernel.
 
 Why: an eager training step allocates its activations and gradients afresh, tens of MB a step in blocks of
 0.1-8 MB. glibc's malloc serves blocks above its mmap threshold with mmap and unmaps them at free (and trims
@@ -7,6 +8,7 @@ zero-fills every one of them on first touch: thousands of page faults a step at 
 Raising both thresholds keeps the freed blocks in malloc's heap, where the next step's allocations of the
 same sizes find them (measured by `python -m experiments.quickstart_step_time`, reports/bench/quickstart_step).
 The memory goes back to the kernel when training ends (`malloc_trim`), so the process's peak is what it was.
+Used around `trainer.fit` and around an evaluation's batches (seqdiff.evaluation.likelihood), on CPU.
 
 glibc only (Linux); elsewhere, or if the C library refuses, nothing changes. The thresholds are the whole
 process's: at the end the trim threshold goes back to glibc's default and the mmap threshold to 32 MiB, the
@@ -40,16 +42,31 @@ def _libc() -> ctypes.CDLL | None:
         return None
 
 
+_depth = 0  # nested blocks (an evaluation inside training): only the outermost sets and restores
+_applied = False  # whether the outermost block set the thresholds
+
+
 @contextlib.contextmanager
 def reuse_freed_memory() -> Iterator[bool]:
     """Within the block, freed heap memory stays mapped for reuse; at its end, free memory goes back
-    (malloc_trim). Yields whether the thresholds were set (False: not glibc, or refused)."""
+    (malloc_trim). Yields whether the thresholds are set (False: not glibc, or refused). Re-entrant: a nested
+    block leaves the outer one's setting alone."""
+    global _depth, _applied
+    if _depth > 0:
+        _depth += 1
+        try:
+            yield _applied
+        finally:
+            _depth -= 1
+        return
     libc = _libc()
-    applied = bool(libc is not None and libc.mallopt(M_MMAP_THRESHOLD, THRESHOLD) == 1
-                   and libc.mallopt(M_TRIM_THRESHOLD, THRESHOLD) == 1)
+    applied = _applied = bool(libc is not None and libc.mallopt(M_MMAP_THRESHOLD, THRESHOLD) == 1
+                              and libc.mallopt(M_TRIM_THRESHOLD, THRESHOLD) == 1)
+    _depth += 1
     try:
         yield applied
     finally:
+        _depth, _applied = _depth - 1, False
         if applied:
             libc.mallopt(M_TRIM_THRESHOLD, DEFAULT_TRIM_THRESHOLD)  # later frees trim the heap top again
             libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_AFTER)
