@@ -1,7 +1,7 @@
 """The quickstart's training step, timed under variants of its recipe and of the process, side by side.
 
     python -m experiments.quickstart_step_time --out reports/bench/quickstart_step [--rounds 4] [--steps 30]
-        [--threads 1] [--variant NAME ...]
+        [--threads 1] [--variant NAME ...] [--task step|eval]
 
 A variant (VARIANTS below) is a list of `section.key=value` overrides of the quickstart recipe (seqdiff.quickstart)
 and whether the step runs inside `seqdiff.host_memory.reuse_freed_memory()`. Each round runs every
@@ -10,8 +10,9 @@ from round to round; each process times the recipe's training step (loss, backwa
 EMA update, as the trainer runs them) for MDLM and AR, `--steps` steps after 5 warm-up steps, at `--threads`
 torch threads (1: what each model gets when the quickstart trains both side by side on 2 cores). Reports the
 median step time, minor page faults per step and peak RSS of each variant, and the median of the per-round ratios
-of the first variant's step time to each one's (> 1: faster than the first). Writes results.json and README.md
-(the command in its header).
+of the first variant's step time to each one's (> 1: faster than the first). `--task eval` times instead one
+evaluation of the test play per process, as the quickstart scores it (evaluate_batches' loop). Writes results.json
+and README.md (the command in its header).
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ import sys
 import time
 from pathlib import Path
 
+from seqdiff.quickstart import NUM_T_SAMPLES
+
 METHODS = ("mdlm", "ar")
 VARIANTS: dict[str, dict] = {
     "tanh_gelu": {"overrides": ["model.activation=gelu_tanh"], "reuse_memory": False},  # the recipe to session 33
@@ -36,8 +39,10 @@ VARIANTS: dict[str, dict] = {
 }
 
 
-def worker(variant: dict, method: str, steps: int, threads: int) -> dict:
-    """One process: `steps` timed training steps of the quickstart recipe (with the variant's overrides)."""
+def worker(variant: dict, method: str, steps: int, threads: int, task: str = "step") -> dict:
+    """One process: `steps` timed training steps of the quickstart recipe (with the variant's overrides), or
+    (task "eval") one timed evaluation of the test play as the quickstart scores it (untrained weights: the
+    work does not depend on them)."""
     import contextlib
     import resource
 
@@ -73,6 +78,8 @@ def worker(variant: dict, method: str, steps: int, threads: int) -> dict:
         torch._foreach_lerp_(shadow, [p.detach() for p in params], 1 - cfg.train.ema_decay)
 
     context = reuse_freed_memory() if variant["reuse_memory"] else contextlib.nullcontext(False)
+    if task == "eval":
+        return _eval_worker(module, cfg, tokenizer, context, method)
     with context as applied:
         for _ in range(5):
             step()
@@ -88,6 +95,37 @@ def worker(variant: dict, method: str, steps: int, threads: int) -> dict:
             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
+def _eval_worker(module, cfg, tokenizer, context, method: str) -> dict:
+    """The quickstart's evaluation of the test play (blocks of seq_len, eval_batch_size, MDLM's NELBO with
+    NUM_T_SAMPLES time samples), timed once: evaluate_batches' loop, with or without the context (evaluate_batches
+    itself now always enters reuse_freed_memory on CPU, so the loop is run here)."""
+    import resource
+    from pathlib import Path
+
+    from torch.utils.data import DataLoader
+
+    from seqdiff.checkpoint import LoadedModel
+    from seqdiff.data.blocks import TiledBlocks
+    from seqdiff.data.text import split_path, tokenize_file
+    from seqdiff.evaluation.likelihood import batch_nlls
+
+    model = LoadedModel(backbone=module.backbone.eval(), method=module.method, tokenizer=tokenizer,
+                        model_config=module.model_config, method_config=module.method_config, data_config=cfg.data,
+                        seq_len=cfg.data.seq_len, step=0, path=Path("."), ema=False)
+    tokens = tokenize_file(split_path(cfg.data, "test"), tokenizer)
+    loader = DataLoader(TiledBlocks(tokens, cfg.data.seq_len, tokenizer.pad_id, None),
+                        batch_size=cfg.data.eval_batch_size)
+    samples = 1 if model.method.exact_likelihood else NUM_T_SAMPLES
+    with context as applied:
+        faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        start = time.perf_counter()
+        batches = sum(1 for _ in batch_nlls(model, loader, samples, 0))
+        seconds = time.perf_counter() - start
+        faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
+    return {"method": method, "reuse_applied": bool(applied), "step_s": seconds, "faults_per_step": faults,
+            "batches": batches, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+
+
 def cpu_name() -> str:
     """The CPU's model name (Linux), else what platform knows."""
     try:
@@ -99,10 +137,11 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
-def run_worker(name: str, method: str, steps: int, threads: int) -> dict:
+def run_worker(name: str, method: str, steps: int, threads: int, task: str = "step") -> dict:
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
     done = subprocess.run([sys.executable, "-m", "experiments.quickstart_step_time", "--worker", name,
-                           "--method", method, "--steps", str(steps), "--threads", str(threads)], env=env,
+                           "--method", method, "--steps", str(steps), "--threads", str(threads), "--task", task],
+                          env=env,
                           capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"worker {name} {method} failed:\n{done.stderr[-3000:]}")
@@ -127,23 +166,28 @@ def summarize(runs: list[dict], names: list[str]) -> dict:
 
 def render(results: dict) -> str:
     names = results["variants"]
+    evaluating = results.get("task") == "eval"
+    what = ("one evaluation of the test play as the quickstart scores it (MDLM's NELBO with "
+            f"{NUM_T_SAMPLES} time samples; untrained weights)" if evaluating else
+            "the quickstart recipe's training step (loss, backward, clipping, AdamW, EMA) over "
+            f"{results['steps']} steps after 5 warm-up steps")
+    unit = "evaluation" if evaluating else "step"
     lines = [
-        "# The quickstart's training step under variants, side by side",
+        f"# The quickstart's {'evaluation' if evaluating else 'training step'} under variants, side by side",
         "",
         f"Made by `{results['command']}` on {results['date']} ({results['cpu']}, {results['threads']} torch "
         f"thread(s) per process, load average {results['load_average_at_start']:.2f} at the start, "
         f"{results['load_average_at_end']:.2f} at the end; {results['seconds']:.0f} s). Numbers from `results.json`.",
         "",
         f"Each of {results['rounds']} rounds runs every variant once, each in a fresh process, in an order rotating "
-        "from round to round; a process times the quickstart recipe's training step (loss, backward, clipping, "
-        f"AdamW, EMA) over {results['steps']} steps after 5 warm-up steps. Speed-up: the first variant's step time "
-        "over the variant's, median of the per-round ratios [min, max].",
+        f"from round to round; a process times {what}. Speed-up: the first variant's time over the variant's, "
+        "median of the per-round ratios [min, max].",
         "",
         "Variants: " + "; ".join(f"`{n}` = {' '.join(VARIANTS[n]['overrides']) or '(recipe)'}"
                                  + (", inside reuse_freed_memory()" if VARIANTS[n]["reuse_memory"] else "")
                                  for n in names) + ".",
         "",
-        "| model | variant | step (ms) | speed-up | page faults / step | peak RSS (MB) |",
+        f"| model | variant | {unit} (ms) | speed-up | page faults / {unit} | peak RSS (MB) |",
         "|---|---|---:|---:|---:|---:|",
     ]
     for method, per in results["summary"].items():
@@ -162,13 +206,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=4)
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--task", choices=("step", "eval"), default="step",
+                   help="step: training steps (default); eval: one evaluation of the test play per process")
     p.add_argument("--variant", action="append", choices=sorted(VARIANTS),
                    help="variants to run, the first is the reference (default: all, in VARIANTS' order)")
     p.add_argument("--worker", choices=sorted(VARIANTS), help=argparse.SUPPRESS)
     p.add_argument("--method", default="mdlm", choices=METHODS, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.worker:
-        print(json.dumps(worker(VARIANTS[args.worker], args.method, args.steps, args.threads)))
+        print(json.dumps(worker(VARIANTS[args.worker], args.method, args.steps, args.threads, args.task)))
         return 0
     names = args.variant or list(VARIANTS)
     out = Path(args.out)
@@ -179,13 +225,13 @@ def main(argv: list[str] | None = None) -> int:
         order = names[r % len(names):] + names[:r % len(names)]
         for method in METHODS:
             row = {"round": r, "method": method, "order": order}
-            row.update({name: run_worker(name, method, args.steps, args.threads) for name in order})
+            row.update({name: run_worker(name, method, args.steps, args.threads, args.task) for name in order})
             runs.append(row)
             print(f"[step_time] round {r} {method}: " + ", ".join(
                 f"{n} {1000 * row[n]['step_s']:.1f} ms" for n in names), file=sys.stderr)
     results = {"command": "python -m experiments.quickstart_step_time " + shlex.join(argv),
                "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "cpu": cpu_name(), "threads": args.threads,
-               "steps": args.steps, "rounds": args.rounds, "variants": names,
+               "steps": args.steps, "rounds": args.rounds, "variants": names, "task": args.task,
                "load_average_at_start": load, "load_average_at_end": os.getloadavg()[0],
                "seconds": time.perf_counter() - start, "summary": summarize(runs, names), "runs": runs}
     (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")

@@ -2,7 +2,7 @@
 
 Layers, from the bottom up (a module imports only from its own layer or below, with no import cycle):
   __init__.py, errors.py, categorical.py, config.py, sources.py, atomic.py, safe_io.py, figures.py,
-  run_layout.py             leaf modules
+  run_layout.py, host_memory.py   leaf modules
   optim.py                  AdamW + learning-rate warm-up (training, probe fine-tuning, NCE)
   tokenizers/               text and nucleotide vocabularies
   data/                     corpora, FASTA / BED, block packing, caches, Lightning data modules
