@@ -269,3 +269,35 @@ def test_quickstart_trains_side_by_side_stops_both_on_ctrl_c_and_resumes_both(tm
     log = (runs / "ar.log").read_text()  # both tries' output, the interrupted one first
     assert log.index("SIGINT at step") < log.index("`Trainer.fit` stopped: `max_steps=40` reached")
     assert log.count(f": resuming {runs / 'ar'} ---\n") == 1 and "litlogger" not in log  # each try headed; no ads
+
+
+def test_mdlm_is_scored_while_the_second_process_trains_and_a_stop_then_stops_both(tmp_path, monkeypatch, capsys,
+                                                                                  two_threads):
+    """The quickstart's work on MDLM's finished run (evaluation, samples, the n-gram) runs while AR still trains in
+    its process, on this process's thread share; Ctrl-C during it stops AR with a checkpoint, as during training."""
+    import seqdiff.quickstart as qs
+
+    configs, run_dirs, root = quickstart_runs(tmp_path)
+    done = tmp_path / "ar_finished"
+    child = ("import signal, sys, time\n"
+             "for s in (signal.SIGINT, signal.SIGTERM): signal.signal(s, lambda *a: sys.exit(3))\n"
+             "signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})\n"
+             f"time.sleep(3)\nopen({str(done)!r}, 'w').close()\n")
+    monkeypatch.setattr(side_by_side.ChildRun, "command", staticmethod(lambda *args: [sys.executable, "-c", child]))
+    monkeypatch.setattr(qs, "_train_or_reuse", lambda config, run_dir, *callbacks: "new")
+    seen = []
+    qs._train_models(configs, run_dirs, root, sequential=False,
+                     while_waiting=lambda: seen.append((done.exists(), torch.get_num_threads())))
+    assert seen == [(False, 1)] and done.exists()  # during AR's training, on one of the two threads; then waited
+    assert "[quickstart] mdlm finished; scoring it while ar trains in the second process" in capsys.readouterr().err
+
+    done.unlink()
+    monkeypatch.setattr(qs, "_steps_done", lambda run_dir: {"mdlm": 10, "ar": 4}[run_dir.name])
+
+    def ctrl_c():
+        raise KeyboardInterrupt
+
+    with pytest.raises(TrainingInterrupted) as e:
+        qs._train_models(configs, run_dirs, root, sequential=False, while_waiting=ctrl_c)
+    assert (e.value.step, e.value.run_dir) == (4, run_dirs["ar"]) and not done.exists()  # AR stopped, not finished
+    assert torch.get_num_threads() == 2
