@@ -21,7 +21,7 @@ import shutil
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
@@ -37,6 +37,7 @@ from seqdiff.evaluation.metrics import known_word_share
 from seqdiff.evaluation.ngram import WittenBellNGram
 from seqdiff.figures import pyplot, save_figure
 from seqdiff.safe_io import check_output_folder
+from seqdiff.tokenizers import load_tokenizer
 from seqdiff.tokenizers.char import text8_normalize
 from seqdiff.training.csv_log import metric_curve, read_metrics
 from seqdiff.training.lock import RunLock
@@ -226,14 +227,15 @@ def _training_report(run_root: Path) -> dict:
 
 
 def _train_models(configs: dict[str, RunConfig], run_dirs: dict[str, Path], log_dir: Path,
-                  sequential: bool, while_waiting: Callable[[], None] | None = None) -> dict:
+                  sequential: bool, while_waiting: Sequence[Callable[[], None]] = ()) -> dict:
     """Train, resume or reuse both runs; returns how they were trained (for the report).
 
     Two runs still to train on a CPU with at least two threads train side by side: MDLM here, with its progress
     bar, and AR in a second process (seqdiff.training.side_by_side), the threads split between them. Otherwise,
-    or with `sequential`, one after the other on every thread. `while_waiting`: work on MDLM's finished run done
-    here while AR still trains in its process (its evaluation and samples, on this process's thread share), so it
-    is off the path that AR's training sets; a stop during it stops AR too, as during training."""
+    or with `sequential`, one after the other on every thread. `while_waiting`: tasks run here, in order, after
+    MDLM's training while AR still trains in its process (on this process's thread share), so they are off the path
+    that AR's training sets; once AR has finished, the rest are left to the caller (with every thread). A stop
+    during one stops AR too, as during training."""
     threads = torch.get_num_threads()
     todo = [m for m in METHODS if _run_state(run_dirs[m], configs[m].train.max_steps) != "done"]
     cuda = uses_cuda(configs[METHODS[0]].train.accelerator)
@@ -266,10 +268,13 @@ def _train_models(configs: dict[str, RunConfig], run_dirs: dict[str, Path], log_
             _train_or_reuse(configs[here], run_dirs[here],
                             ProjectedTime(here, longer, len(METHODS), side_by_side=True), ChildWatch(child, here))
             _record_training(log_dir, here, True, split[0])
-            if while_waiting is not None and child.process.poll() is None:
-                print(f"[quickstart] {here} finished; scoring it while {there} trains in the second process",
-                      file=sys.stderr)
-                while_waiting()
+            for i, task in enumerate(while_waiting):
+                if child.process.poll() is not None:
+                    break
+                if i == 0:
+                    print(f"[quickstart] {here} finished; scoring it while {there} trains in the second process",
+                          file=sys.stderr)
+                task()
             if child.process.poll() is None:
                 print(f"[quickstart] {here} finished; waiting for {there} in the second process (its output: {log})",
                       file=sys.stderr)
@@ -348,7 +353,6 @@ def run_quickstart(out_dir: str | Path = "reports/quickstart", run_root: str | P
                for method in METHODS}
     run_dirs = {method: run_root / method for method in METHODS}
     words: set[str] = set()
-    tokenizers: dict = {}
 
     def score(method: str) -> None:
         """Evaluate and sample one trained run into results["models"][method]."""
@@ -357,7 +361,6 @@ def run_quickstart(out_dir: str | Path = "reports/quickstart", run_root: str | P
         train_seconds = json.loads(timing.read_text())["train_seconds"] if timing.is_file() else float("nan")
 
         model = load_checkpoint(run_dirs[method])
-        tokenizers[method] = model.tokenizer
         test_path = split_path(config.data, "test")
         tokens = tokenize_file(test_path, model.tokenizer)
         t0 = time.perf_counter()
@@ -387,12 +390,13 @@ def run_quickstart(out_dir: str | Path = "reports/quickstart", run_root: str | P
             "training_noise": model.method.training_noise(),
         }
 
-    def score_first_and_count() -> None:
-        score(METHODS[0])
-        results["ngram"] = ngram_baseline(base.data, tokenizers[METHODS[0]])
+    def count() -> None:
+        results["ngram"] = ngram_baseline(base.data, load_tokenizer(run_dirs[METHODS[0]]))  # the run's own
 
-    # side by side, MDLM and the n-gram are scored while AR still trains in its process (off the critical path)
-    results["training"] = _train_models(configs, run_dirs, run_root, sequential, while_waiting=score_first_and_count)
+    # side by side, the n-gram (one thread at any rate) and then MDLM are scored while AR still trains in its
+    # process, off the critical path; what AR's end leaves undone runs below, on every thread
+    results["training"] = _train_models(configs, run_dirs, run_root, sequential,
+                                        while_waiting=(count, lambda: score(METHODS[0])))
     for method in METHODS:
         if method not in results["models"]:
             score(method)
@@ -400,7 +404,7 @@ def run_quickstart(out_dir: str | Path = "reports/quickstart", run_root: str | P
     mdlm, ar = results["models"]["mdlm"], results["models"]["ar"]
     results["relative_gap_bits"] = mdlm["bits_per_character"] / ar["bits_per_character"] - 1
     if "ngram" not in results:
-        results["ngram"] = ngram_baseline(base.data, tokenizers[METHODS[0]])
+        count()
     results["total_seconds"] = time.perf_counter() - start
 
     out_dir.mkdir(parents=True, exist_ok=True)

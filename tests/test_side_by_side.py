@@ -286,8 +286,12 @@ def test_mdlm_is_scored_while_the_second_process_trains_and_a_stop_then_stops_bo
     monkeypatch.setattr(side_by_side.ChildRun, "command", staticmethod(lambda *args: [sys.executable, "-c", child]))
     monkeypatch.setattr(qs, "_train_or_reuse", lambda config, run_dir, *callbacks: "new")
     seen = []
-    qs._train_models(configs, run_dirs, root, sequential=False,
-                     while_waiting=lambda: seen.append((done.exists(), torch.get_num_threads())))
+
+    def task():  # the first runs during AR's training, the second after it: left to the caller
+        seen.append((done.exists(), torch.get_num_threads()))
+        time.sleep(4.5)
+
+    qs._train_models(configs, run_dirs, root, sequential=False, while_waiting=(task, task))
     assert seen == [(False, 1)] and done.exists()  # during AR's training, on one of the two threads; then waited
     assert "[quickstart] mdlm finished; scoring it while ar trains in the second process" in capsys.readouterr().err
 
@@ -298,6 +302,6 @@ def test_mdlm_is_scored_while_the_second_process_trains_and_a_stop_then_stops_bo
         raise KeyboardInterrupt
 
     with pytest.raises(TrainingInterrupted) as e:
-        qs._train_models(configs, run_dirs, root, sequential=False, while_waiting=ctrl_c)
+        qs._train_models(configs, run_dirs, root, sequential=False, while_waiting=(ctrl_c,))
     assert (e.value.step, e.value.run_dir) == (4, run_dirs["ar"]) and not done.exists()  # AR stopped, not finished
     assert torch.get_num_threads() == 2
