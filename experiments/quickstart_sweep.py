@@ -64,7 +64,7 @@ CANDIDATES: dict[str, list[str]] = {
     # estimator (auto: mask_count with mask_count_law=inverse_sqrt) in place of the recipe's antithetic times
     "time_auto": ["method.time_sampling=auto"],
     # session 34, against the recipe with the library's default estimator: the exact (erf) GELU in place of the
-    # tanh approximation, whose CPU kernel takes about twice as long forward + backward (same quality expected)
+    # tanh approximation, whose CPU kernel is the slower one (reports/bench/bench.md's profile; same quality expected)
     "gelu_exact": ["model.activation=gelu"],
 }
 """Recipes tried, as overrides of seqdiff.quickstart.QUICKSTART (the preset's width is overridden too). The

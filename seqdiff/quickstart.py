@@ -60,8 +60,8 @@ from seqdiff.training.side_by_side import INTERRUPTED, ChildRun, ChildWatch, des
 # MDLM 2.549 / 2.548 validation bits against 2.608 / 2.618 under seeds 0 / 1, float32, 1,100 steps).
 # model.activation=gelu (session 34, reports/quickstart_sweep/activation): the exact (erf) GELU in place of the tanh
 # approximation (the library's default, MDLM's choice): the same validation bits to 1e-4 under seeds 0 and 1 (MDLM
-# 2.5487 / 2.5475, AR 2.1489 / 2.1574), and torch's CPU kernel for it takes half the time forward + backward
-# (reports/bench/quickstart_step: the step as a whole, measured side by side).
+# 2.5487 / 2.5475, AR 2.1489 / 2.1574), and torch's CPU kernel for it is the faster one (reports/bench/bench.md's
+# profile; reports/bench/quickstart_step times the step as a whole, side by side).
 # Samples: 16 per model (the known-word share counts about 400 words), nucleus top_p 0.9 for both models, the usual
 # setting; reports/quickstart/sampling_conv_mlp measures every setting (MDLM 45% known words at top_p 1, 54% at 0.9).
 QUICKSTART = RunConfig(
@@ -397,10 +397,9 @@ def run_quickstart(out_dir: str | Path = "reports/quickstart", run_root: str | P
     # process, off the critical path; what AR's end leaves undone runs below, on every thread
     results["training"] = _train_models(configs, run_dirs, run_root, sequential,
                                         while_waiting=(count, lambda: score(METHODS[0])))
-    for method in METHODS:
+    for method in METHODS:  # MDLM first either way: the table's order
         if method not in results["models"]:
             score(method)
-    results["models"] = {method: results["models"][method] for method in METHODS}  # the table's order
     mdlm, ar = results["models"]["mdlm"], results["models"]["ar"]
     results["relative_gap_bits"] = mdlm["bits_per_character"] / ar["bits_per_character"] - 1
     if "ngram" not in results:
