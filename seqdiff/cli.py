@@ -558,21 +558,53 @@ def cmd_score(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------------------------------------- others
+def _process_start() -> float:
+    """time.perf_counter() at this process's start (Linux's /proc; elsewhere: now), so that a report's
+    wall-clock seconds include the interpreter's start and the imports a user waits for."""
+    import time
+
+    now = time.perf_counter()
+    try:
+        ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])  # field 22: starttime
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        age = uptime - ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return now
+    return now - age if 0 <= age < 3600 else now  # a clock that disagrees: count from here
+
+
+def _usable_cpus() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 def cmd_quickstart(args: argparse.Namespace) -> int:
+    from seqdiff.training.spare import SpareProcess
+
+    o: QuickstartOptions = args.quickstart
+    # the second process of a side-by-side training starts now and imports while this one does (_train_models
+    # hands it AR's run, or it is dismissed); `--sequential` or a single CPU has no use for it
+    spare = None if o.sequential or _usable_cpus() < 2 else SpareProcess.start()
+    try:
+        return _quickstart(o, spare, getattr(args, "_started", None))
+    finally:
+        if spare is not None:
+            spare.dismiss()
+
+
+def _quickstart(o: QuickstartOptions, spare, started: float | None) -> int:
     import shlex
     import signal
 
     from seqdiff.quickstart import run_quickstart
     from seqdiff.training.run import TrainingInterrupted
 
-    o: QuickstartOptions = args.quickstart
     again = ["seqdiff", "quickstart", "--out", o.out, "--run-dir", o.run_dir]  # without --overwrite: it resumes
     again += ["--max-steps", str(o.max_steps)] if o.max_steps is not None else []
     again += ["--seed", str(o.seed)] if o.seed is not None else []
     again += ["--sequential"] if o.sequential else []
     try:
         run_quickstart(out_dir=o.out, run_root=o.run_dir, max_steps=o.max_steps, overwrite=o.overwrite,
-                       seed=o.seed, sequential=o.sequential)
+                       seed=o.seed, sequential=o.sequential, spare=spare, started=started)
     except TrainingInterrupted as stop:
         print(f"seqdiff quickstart: stopped by {signal.Signals(stop.signum).name} at step {stop.step} of "
               f"{stop.run_dir}; checkpoint of step {stop.step} saved: {stop.checkpoint}; continue with: "
@@ -921,6 +953,11 @@ def _check_out(options: typing.Any, section: str, checkpoint: str | None) -> Non
 
 
 def main(argv: list[str] | None = None) -> int:
+    """`argv` None: the command line's (the `seqdiff` program), and commands that report wall-clock time count it
+    from this process's start; otherwise from this call's (a caller's process started long before)."""
+    import time
+
+    started = _process_start() if argv is None else time.perf_counter()
     argv = sys.argv[1:] if argv is None else list(argv)
     quiet_third_party_noise()
     try:
@@ -928,6 +965,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:  # Ctrl-C while the command's modules are still importing
         print("seqdiff: interrupted", file=sys.stderr)
         return 130
+    args._started = started
     try:
         resolve_options(args)
         return args._command.handler(args)

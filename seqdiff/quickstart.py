@@ -45,6 +45,7 @@ from seqdiff.training.precision import resolve_precision, uses_cuda
 from seqdiff.training.resume import recipe_changes
 from seqdiff.training.run import LAST_CHECKPOINT, TrainingInterrupted, train
 from seqdiff.training.side_by_side import INTERRUPTED, ChildRun, ChildWatch, describe, sigterm_raises, split_threads
+from seqdiff.training.spare import SpareProcess
 
 # The embedded default; configs/quickstart.yaml is the same recipe as a file (a test keeps them equal). Chosen by
 # reports/quickstart_sweep on the validation play: 2,000 steps in bf16 where the CPU multiplies bf16 natively fit
@@ -211,9 +212,13 @@ def _read_training_record(run_root: Path) -> dict:
     return record if isinstance(record, dict) else {}
 
 
-def _record_training(run_root: Path, method: str, side_by_side: bool, threads: int) -> None:
+def _record_training(run_root: Path, method: str, side_by_side: bool, threads: int,
+                     more_threads: tuple[int, int] | None = None) -> None:
+    """`more_threads`: (threads, from step) where the run took the other run's threads once that had finished."""
     record = _read_training_record(run_root)
     record[method] = {"side_by_side": side_by_side, "threads": threads}
+    if more_threads:
+        record[method]["more_threads"] = {"threads": more_threads[0], "from_step": more_threads[1]}
     write_atomically(run_root / TRAINING_RECORD, json.dumps(record, indent=2) + "\n")
 
 
@@ -223,11 +228,14 @@ def _training_report(run_root: Path) -> dict:
     record = {m: r for m, r in _read_training_record(run_root).items() if m in METHODS and isinstance(r, dict)}
     modes = {bool(r.get("side_by_side")) for r in record.values()}
     side_by_side = "partly" if len(modes) > 1 else modes == {True}
-    return {"side_by_side": side_by_side, "threads": {m: r.get("threads") for m, r in record.items()}}
+    report = {"side_by_side": side_by_side, "threads": {m: r.get("threads") for m, r in record.items()}}
+    more = {m: r["more_threads"] for m, r in record.items() if isinstance(r.get("more_threads"), dict)}
+    return {**report, "more_threads": more} if more else report
 
 
 def _train_models(configs: dict[str, RunConfig], run_dirs: dict[str, Path], log_dir: Path,
-                  sequential: bool, while_waiting: Sequence[Callable[[], None]] = ()) -> dict:
+                  sequential: bool, while_waiting: Sequence[Callable[[], None]] = (),
+                  spare: SpareProcess | None = None) -> dict:
     """Train, resume or reuse both runs; returns how they were trained (for the report).
 
     Two runs still to train on a CPU with at least two threads train side by side: MDLM here, with its progress
@@ -235,12 +243,15 @@ def _train_models(configs: dict[str, RunConfig], run_dirs: dict[str, Path], log_
     or with `sequential`, one after the other on every thread. `while_waiting`: tasks run here, in order, after
     MDLM's training while AR still trains in its process (on this process's thread share), so they are off the path
     that AR's training sets; once AR has finished, the rest are left to the caller (with every thread). A stop
-    during one stops AR too, as during training."""
+    during one stops AR too, as during training. `spare`: a process already importing (the CLI starts it first
+    thing, seqdiff.training.spare) that trains AR if it runs side by side; the caller dismisses it otherwise."""
     threads = torch.get_num_threads()
     todo = [m for m in METHODS if _run_state(run_dirs[m], configs[m].train.max_steps) != "done"]
     cuda = uses_cuda(configs[METHODS[0]].train.accelerator)
     split = None if sequential or len(todo) < len(METHODS) or cuda else split_threads(threads)
     if split is None:
+        if spare is not None:
+            spare.dismiss()  # now, not when the quickstart ends: its memory is better spent on training
         for method in METHODS:
             later = METHODS[METHODS.index(method) + 1:]
             steps_after = sum(_steps_to_train(run_dirs[m], configs[m].train.max_steps) for m in later)
@@ -262,12 +273,13 @@ def _train_models(configs: dict[str, RunConfig], run_dirs: dict[str, Path], log_
     longer = max(0, _steps_to_train(run_dirs[there], configs[there].train.max_steps)
                  - _steps_to_train(run_dirs[here], configs[here].train.max_steps))  # steps the other run has more
     with sigterm_raises():  # SIGTERM outside MDLM's training reaches the second process too
-        child = ChildRun(child_config, run_dirs[there], resume, split[1], log)
+        child = ChildRun(child_config, run_dirs[there], resume, split[1], log, spare)
         torch.set_num_threads(split[0])
         try:
+            watch = ChildWatch(child, here, threads)  # once AR has ended, MDLM trains on every thread
             _train_or_reuse(configs[here], run_dirs[here],
-                            ProjectedTime(here, longer, len(METHODS), side_by_side=True), ChildWatch(child, here))
-            _record_training(log_dir, here, True, split[0])
+                            ProjectedTime(here, longer, len(METHODS), side_by_side=True), watch)
+            _record_training(log_dir, here, True, split[0], watch.took_threads_at and (threads, watch.took_threads_at))
             for i, task in enumerate(while_waiting):
                 if child.process.poll() is not None:
                     break
@@ -318,7 +330,23 @@ def _loss_curves(run_dirs: dict[str, Path], out: Path) -> None:
 
 def run_quickstart(out_dir: str | Path = "reports/quickstart", run_root: str | Path = "runs/quickstart",
                    max_steps: int | None = None, overwrite: bool = False, seed: int | None = None,
-                   sequential: bool = False) -> dict:
+                   sequential: bool = False, spare: SpareProcess | None = None,
+                   started: float | None = None) -> dict:
+    """Train, score and report both models. `spare`: see _train_models (dismissed here if unused). `started`: the
+    time.perf_counter() at which the command started (the CLI passes its process's start, so the report's
+    wall-clock time includes the imports a user waits for); by default, this call's start."""
+    now = time.perf_counter()
+    start = now if started is None else min(started, now)
+    try:
+        return _run_quickstart(out_dir, run_root, max_steps, overwrite, seed, sequential, spare, start, now - start)
+    finally:
+        if spare is not None:
+            spare.dismiss()
+
+
+def _run_quickstart(out_dir: str | Path, run_root: str | Path, max_steps: int | None, overwrite: bool,
+                    seed: int | None, sequential: bool, spare: SpareProcess | None, start: float,
+                    before_call: float) -> dict:
     out_dir, run_root = Path(out_dir), Path(run_root)
     for folder, option in ((out_dir, "--out"), (run_root, "--run-dir")):  # not after minutes of training
         check_output_folder(folder, option)
@@ -338,7 +366,6 @@ def run_quickstart(out_dir: str | Path = "reports/quickstart", run_root: str | P
     if overwrite and run_root.exists():
         shutil.rmtree(run_root)
     torch.set_float32_matmul_precision("high")
-    start = time.perf_counter()
     default_out = Path(inspect.signature(run_quickstart).parameters["out_dir"].default)
     command = ("seqdiff quickstart" + (f" --out {out_dir}" if out_dir != default_out else "")
                + (f" --max-steps {max_steps}" if max_steps else "")
@@ -347,6 +374,7 @@ def run_quickstart(out_dir: str | Path = "reports/quickstart", run_root: str | P
     results: dict = {"command": command,
                      "config": dataclasses.asdict(base), "torch_threads": torch.get_num_threads(),
                      "precision": resolve_precision(base.train.precision, base.train.accelerator),
+                     "seconds_before_call": before_call,
                      "cpu_count": os.cpu_count(), "load_average_at_start": os.getloadavg()[0], "models": {}}
     configs = {method: dataclasses.replace(base, name=f"quickstart-{method}",
                                            method=dataclasses.replace(base.method, name=method))
@@ -396,7 +424,7 @@ def run_quickstart(out_dir: str | Path = "reports/quickstart", run_root: str | P
     # side by side, the n-gram (one thread at any rate) and then MDLM are scored while AR still trains in its
     # process, off the critical path; what AR's end leaves undone runs below, on every thread
     results["training"] = _train_models(configs, run_dirs, run_root, sequential,
-                                        while_waiting=(count, lambda: score(METHODS[0])))
+                                        while_waiting=(count, lambda: score(METHODS[0])), spare=spare)
     for method in METHODS:  # MDLM first either way: the table's order
         if method not in results["models"]:
             score(method)
@@ -476,6 +504,13 @@ def _kmers(model: dict) -> str:
             f"(model.kmer_sizes, hashed into at most {model.get('kmer_buckets'):,} rows per size)")
 
 
+def _start_sentence(results: dict) -> str:
+    """What the total time counts from: the command's process (Python's start and the imports included) or, for
+    a report made before session 35 or from Python, the quickstart's own call."""
+    before = results.get("seconds_before_call") or 0.0
+    return f" from the command's start ({before:.0f} s of it starting Python and importing)" if before >= 0.5 else ""
+
+
 def _training_sentence(training: dict | None) -> str:
     """How the two runs were trained (absent from reports made before side-by-side training)."""
     if not training:
@@ -485,8 +520,10 @@ def _training_sentence(training: dict | None) -> str:
         return (f"Part of the training ran side by side, in two processes at the same time, and a run finished "
                 f"alone (torch threads, last training: {threads}), so the training seconds partly overlap.")
     if training["side_by_side"]:
+        more = "".join(f"; {m.upper()} took {r['threads']} from step {r['from_step']}, once the other had finished"
+                       for m, r in training.get("more_threads", {}).items())
         return (f"The two models trained side by side, in two processes at the same time (torch threads: "
-                f"{threads}), so each model's training seconds overlap the other's.")
+                f"{threads}{more}), so each model's training seconds overlap the other's.")
     return f"The models trained one after the other (torch threads: {threads})." if threads else ""
 
 
@@ -496,9 +533,10 @@ def _summary(results: dict) -> str:
     lines = [
         "# Quickstart: MDLM vs AR on Shakespeare (character level, offline)",
         "",
-        f"Made by `{results['command']}` in {results['total_seconds']:.0f} s of wall-clock time "
-        f"({results['torch_threads']} torch threads on {results['cpu_count']} cores, load average "
-        f"{results['load_average_at_start']:.1f} at the start: timings depend on what else the machine runs). "
+        f"Made by `{results['command']}` in {results['total_seconds']:.0f} s of wall-clock time"
+        f"{_start_sentence(results)} ({results['torch_threads']} torch threads on {results['cpu_count']} cores, "
+        f"load average {results['load_average_at_start']:.1f} at the start: timings depend on what else the machine "
+        "runs). "
         f"Numbers below come from that run (`results.json`); training seconds are summed over resumes. "
         f"{_training_sentence(results.get('training'))}",
         "",

@@ -59,6 +59,8 @@ def test_quickstart_end_to_end_and_reuse(tmp_path, capsys, monkeypatch):
     assert "(model.kmer_sizes, hashed into at most 65,536 rows per size)" in summary
     assert ", the exact (erf) GELU in the MLPs (model.activation=gelu), blocks of 128" in summary
     assert "romeo_and_juliet" in summary and "| MDLM |" in summary and "| AR |" in summary
+    # main(args) in this process: the time counts from its call (the process started long before)
+    assert 0 <= results["seconds_before_call"] < 5 and "of wall-clock time (" in summary
     assert "nucleus sampling at top_p 0.9" in summary  # the samples' setting is stated
     assert "MDLM's training noise: method.time_sampling mask_count, mask_count_law inverse_sqrt" in summary
     shown = results["models"]["ar"]["samples"]

@@ -167,6 +167,54 @@ def test_a_killed_second_process_is_reported_at_once_and_in_one_line(tmp_path, m
     assert str(e.value).startswith(killed) and "\n" not in str(e.value)  # no log lines: they would not say why
 
 
+def test_the_run_left_takes_the_threads_of_the_second_process_once_it_has_ended(tmp_path, monkeypatch):
+    """Two runs rarely end together: MDLM's last steps train on every thread once AR's process has finished (or
+    failed: its core is free either way); the report says from which step."""
+    import seqdiff.quickstart as qs
+
+    fake_child(monkeypatch, 30)
+    child = side_by_side.ChildRun(qs.QUICKSTART, tmp_path / "ar", resume=False, threads=1, log=tmp_path / "ar.log")
+    watch = side_by_side.ChildWatch(child, "mdlm", threads=2)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        watch.on_train_batch_end(SimpleNamespace(global_step=5, progress_bar_callback=None), None, None, None, 0)
+        assert torch.get_num_threads() == 1 and watch.took_threads_at is None  # AR still trains
+        child.stop()
+        child.wait()
+        for step in (6, 7):
+            watch.on_train_batch_end(SimpleNamespace(global_step=step, progress_bar_callback=None), None, None, None, 0)
+        assert torch.get_num_threads() == 2 and watch.took_threads_at == 6
+    finally:
+        torch.set_num_threads(threads)
+
+    configs, run_dirs, root = quickstart_runs(tmp_path)
+    fake_child(monkeypatch, 0)  # AR ends at once: MDLM, "training" 3 steps after it, takes its thread
+
+    def train_or_reuse(config, run_dir, *callbacks):
+        watch = next(c for c in callbacks if isinstance(c, side_by_side.ChildWatch))
+        watch.child.process.wait()
+        for step in (1, 2, 3):
+            watch.on_train_batch_end(SimpleNamespace(global_step=step, progress_bar_callback=None), None, None, None,
+                                     0)
+            seen.append(torch.get_num_threads())
+        return "new"
+
+    seen = []
+    monkeypatch.setattr(qs, "_train_or_reuse", train_or_reuse)
+    torch.set_num_threads(2)
+    try:
+        report = qs._train_models(configs, run_dirs, root, sequential=False)
+        assert torch.get_num_threads() == 2  # given back after training, as before
+    finally:
+        torch.set_num_threads(threads)
+    assert seen == [2, 2, 2]
+    assert report == {"side_by_side": True, "threads": {"mdlm": 1, "ar": 1},
+                      "more_threads": {"mdlm": {"threads": 2, "from_step": 1}}}
+    assert ("(torch threads: MDLM 1, AR 1; MDLM took 2 from step 1, once the other had finished)"
+            in qs._training_sentence(report))
+
+
 def test_a_second_signal_that_ends_this_process_at_once_stops_the_second_process_with_a_checkpoint(
         tmp_path, monkeypatch, capsys):
     from seqdiff.quickstart import QUICKSTART
@@ -263,7 +311,9 @@ def test_quickstart_trains_side_by_side_stops_both_on_ctrl_c_and_resumes_both(tm
     finally:
         torch.set_num_threads(threads)
     results = json.loads((out / "results.json").read_text())
-    assert results["training"] == {"side_by_side": True, "threads": {"mdlm": 1, "ar": 1}}
+    training = results["training"]
+    assert (training["side_by_side"], training["threads"]) == (True, {"mdlm": 1, "ar": 1})
+    assert training.get("more_threads", {}).get("mdlm", {"threads": 2})["threads"] == 2  # if AR ended first
     assert all(r["steps"] == 40 for r in results["models"].values())
     assert "The two models trained side by side, in two processes at the same time" in (out / "summary.md").read_text()
     log = (runs / "ar.log").read_text()  # both tries' output, the interrupted one first

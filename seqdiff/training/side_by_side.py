@@ -17,6 +17,9 @@ A stop reaches the child whenever it comes: SIGINT and SIGTERM are blocked while
 wait (pending) until it has installed its handlers, and a SIGTERM to this process outside a run's own guard (set-up,
 waiting for the child) raises `Stopped`, handled like Ctrl-C's KeyboardInterrupt. The child imports the same
 seqdiff as this process, not a `seqdiff/` folder that happens to be in the working directory.
+
+`seqdiff quickstart` starts the child before its own heavy imports, as a spare process that imports meanwhile
+(seqdiff.training.spare; ChildRun hands it the run); where there is none, or it has ended, a fresh one is started.
 """
 
 from __future__ import annotations
@@ -37,12 +40,12 @@ from lightning.pytorch import Callback
 from seqdiff.config import RunConfig, from_dict, to_dict
 from seqdiff.training.guards import RunError
 from seqdiff.training.quiet import quiet_third_party_noise
+from seqdiff.training.spare import STOP_SIGNALS, SpareProcess, block_signals, package_root
 
 INTERRUPTED = 3
 """The child's exit status when a signal stopped it after its checkpoint was written."""
 WAIT_AFTER_SIGNAL_S = 120
 """How long a stopped child may take to finish its step and write its checkpoint before it is killed."""
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 CHILD = ("import sys; sys.path[0] = {root!r}; from seqdiff.training.side_by_side import main; "
          "sys.exit(main(sys.argv[1:]))")
 """The child's program: `-m` would put the working directory first on sys.path, where a checkout of another
@@ -76,14 +79,6 @@ def sigterm_raises():
         signal.signal(signal.SIGTERM, previous)
 
 
-def _block(signums) -> set | None:
-    """Block `signums` in this thread, returning the previous mask (None where the OS has no signal masks:
-    there a stop during the child's start-up ends it before it has written anything)."""
-    if not hasattr(signal, "pthread_sigmask"):
-        return None
-    return signal.pthread_sigmask(signal.SIG_BLOCK, signums)
-
-
 def describe(status: int) -> str:
     """How a child ended, in words."""
     if status == 0:
@@ -105,16 +100,23 @@ def split_threads(threads: int) -> tuple[int, int] | None:
 class ChildRun:
     """A `train(config, run_dir, resume)` running in a child process with `threads` torch threads."""
 
-    def __init__(self, config: RunConfig, run_dir: Path, resume: bool, threads: int, log: Path) -> None:
+    def __init__(self, config: RunConfig, run_dir: Path, resume: bool, threads: int, log: Path,
+                 spare: SpareProcess | None = None) -> None:
+        """`spare`: a process started earlier that has (partly) imported already (seqdiff.training.spare); it
+        trains the run where it can still take one, else a fresh process does."""
         self.run_dir, self.log = Path(run_dir), Path(log)
         self.log.parent.mkdir(parents=True, exist_ok=True)
         self.signalled = False
+        argv = self.arguments(config, run_dir, resume, threads)
         with open(self.log, "a") as out:  # appended: an earlier, interrupted try keeps its lines; the child holds
             # its own descriptor, ours closes here
             out.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')}: {'resuming' if resume else 'training'} "
                       f"{run_dir} ---\n")
             out.flush()
-            blocked = _block(STOP_SIGNALS)  # inherited by the child: EarlySignals unblocks them
+            self.process = spare.hand(argv, self.log) if spare is not None else None
+            if self.process is not None:
+                return
+            blocked = block_signals(STOP_SIGNALS)  # inherited by the child: EarlySignals unblocks them
             try:
                 self.process = subprocess.Popen(self.command(config, run_dir, resume, threads),
                                                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
@@ -124,10 +126,15 @@ class ChildRun:
                     signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
     @staticmethod
-    def command(config: RunConfig, run_dir: Path, resume: bool, threads: int) -> list[str]:
-        root = str(Path(__file__).resolve().parents[2])  # the folder holding the seqdiff package
-        return [sys.executable, "-c", CHILD.format(root=root), json.dumps(to_dict(config)), str(run_dir),
-                str(int(resume)), str(threads)]
+    def arguments(config: RunConfig, run_dir: Path, resume: bool, threads: int) -> list[str]:
+        """main()'s arguments for this run."""
+        return [json.dumps(to_dict(config)), str(run_dir), str(int(resume)), str(threads)]
+
+    @classmethod
+    def command(cls, config: RunConfig, run_dir: Path, resume: bool, threads: int) -> list[str]:
+        """A fresh process's command for this run."""
+        return [sys.executable, "-c", CHILD.format(root=package_root()), *cls.arguments(config, run_dir, resume,
+                                                                                        threads)]
 
     def stop(self, signum: int = signal.SIGTERM) -> None:
         """Ask the child to stop at its next step boundary (a second call stops it at once, unsaved)."""
@@ -177,10 +184,15 @@ class ChildRun:
 class ChildWatch(Callback):
     """In this process: a child whose run ended early (killed, failed) is reported at the next step, not only
     when this process's own run has finished, minutes later; this run goes on. A second signal, which ends this
-    process at once, says what becomes of the child (it stops at its next step, with a checkpoint)."""
+    process at once, says what becomes of the child (it stops at its next step, with a checkpoint).
 
-    def __init__(self, child: ChildRun, here: str) -> None:
+    `threads`: this run's torch threads once the child has ended, however it ended (its share of the cores is free
+    then); `took_threads_at` records the step it took them at. Two runs of the same length rarely end together, and
+    the one left trains its last steps on every thread instead of leaving a core idle."""
+
+    def __init__(self, child: ChildRun, here: str, threads: int | None = None) -> None:
         self.child, self.here, self.told = child, here, False
+        self.threads, self.took_threads_at = threads, None
 
     def on_train_start(self, trainer, pl_module) -> None:
         guard = getattr(trainer.checkpoint_callback, "guard", None)  # the run's SignalGuard (StepCheckpoint)
@@ -195,7 +207,12 @@ class ChildWatch(Callback):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         status = self.child.process.poll()
-        if self.told or status is None or status == 0:
+        if status is None:
+            return
+        if self.threads is not None and self.took_threads_at is None and self.threads > torch.get_num_threads():
+            torch.set_num_threads(self.threads)
+            self.took_threads_at = trainer.global_step
+        if self.told or status == 0:
             return
         self.told = True
         line = (f"[quickstart] {self.child.problem(status)}; {self.here} goes on training, then this error stops "
