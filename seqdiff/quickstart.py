@@ -85,13 +85,11 @@ def ngram_baseline(data: DataConfig, tokenizer) -> dict:
     """The counting baseline on the models' own splits: Witten-Bell n-grams fitted on the training plays, the
     order chosen on the validation play, scored on the test play (each split as one stream of characters)."""
     ids = {split: tokenize_file(split_path(data, split), tokenizer) for split in ("train", "valid", "test")}
-    valid_bits = {}
-    for order in NGRAM_ORDERS:
-        model = WittenBellNGram(order, tokenizer.num_regular).fit([ids["train"]])
-        valid_bits[order] = model.bits_per_token([ids["valid"]])
+    full = WittenBellNGram(max(NGRAM_ORDERS), tokenizer.num_regular).fit([ids["train"]])  # counted once
+    by_order = full.bits_per_token_by_order([ids["valid"]])  # every order in one pass
+    valid_bits = {order: by_order[order] for order in NGRAM_ORDERS}
     best = min(valid_bits, key=valid_bits.get)
-    model = WittenBellNGram(best, tokenizer.num_regular).fit([ids["train"]])
-    return {"order": best, "bits_per_character": model.bits_per_token([ids["test"]]),
+    return {"order": best, "bits_per_character": full.truncated(best).bits_per_token([ids["test"]]),
             "valid_bits_per_character_by_order": valid_bits, "train_characters": int(len(ids["train"]))}
 
 
@@ -508,7 +506,7 @@ def _start_sentence(results: dict) -> str:
     """What the total time counts from: the command's process (Python's start and the imports included) or, for
     a report made before session 35 or from Python, the quickstart's own call."""
     before = results.get("seconds_before_call") or 0.0
-    return f" from the command's start ({before:.0f} s of it starting Python and importing)" if before >= 0.5 else ""
+    return f" from the command's start, {before:.0f} s of it starting Python and importing" if before >= 0.5 else ""
 
 
 def _training_sentence(training: dict | None) -> str:

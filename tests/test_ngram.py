@@ -69,3 +69,16 @@ def test_bad_input_is_named():
         WittenBellNGram(1, 3).fit([np.array([0, 3])])
     with pytest.raises(SeqdiffError, match="not fitted"):
         WittenBellNGram(1, 3).score([np.array([0])])
+
+
+def test_a_truncated_model_is_the_lower_order_fitted_afresh():
+    """ngram_baseline counts once at its highest order and scores the lower ones from the same counts."""
+    V = 5
+    rng = np.random.default_rng(3)
+    train, test = [rng.integers(0, V, size=300), rng.integers(0, V, size=9)], [rng.integers(0, V, size=80)]
+    full = WittenBellNGram(4, V).fit(train)
+    for order in range(5):
+        assert full.truncated(order).score(test) == WittenBellNGram(order, V).fit(train).score(test)  # bit for bit
+    assert full.bits_per_token_by_order(test) == [full.truncated(k).bits_per_token(test) for k in range(5)]
+    with pytest.raises(SeqdiffError, match=r"order 5 is not among the fitted orders 0..4"):
+        full.truncated(5)

@@ -168,6 +168,6 @@ def test_the_quickstarts_clock_starts_with_the_process_on_the_command_line_and_w
     assert main(["quickstart", "--sequential"]) == 0  # called from Python: from this call
     now = time.perf_counter()
     assert now - calls[0]["started"] > 1.0 and now - calls[1]["started"] < 1.0
-    assert qs._start_sentence({"seconds_before_call": 7.2}) == (" from the command's start (7 s of it starting Python "
-                                                                "and importing)")
+    assert qs._start_sentence({"seconds_before_call": 7.2}) == (" from the command's start, 7 s of it starting Python "
+                                                                "and importing")
     assert qs._start_sentence({"seconds_before_call": 0.03}) == qs._start_sentence({}) == ""  # from Python

@@ -20,7 +20,7 @@ million training characters take seconds.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -96,8 +96,21 @@ class WittenBellNGram:
             self._orders.append(_OrderCounts(uniq, counts, contexts, totals, types))
         return self
 
+    def truncated(self, order: int) -> WittenBellNGram:
+        """The fitted model of a lower `order`, sharing these counts: each order's counts do not depend on the
+        highest order fitted, so this equals fitting `order` afresh (tested), without counting again."""
+        if not 0 <= order <= len(self._orders) - 1:
+            raise SeqdiffError(f"n-gram: order {order} is not among the fitted orders 0..{len(self._orders) - 1}")
+        return WittenBellNGram(order, self.vocab_size, self._orders[:order + 1])
+
     def _probs(self, text: np.ndarray) -> np.ndarray:
         """(n,) P(text[i] | up to `order` tokens before it)."""
+        *_, p = self._probs_by_order(text)  # the same array throughout: the last order's values
+        return p
+
+    def _probs_by_order(self, text: np.ndarray) -> Iterator[np.ndarray]:
+        """(n,) P(text[i] | up to k tokens before it) for k = 0 .. order in turn (one array, updated in place:
+        each order interpolates with the one before, so every lower order is on the way to the highest)."""
         V, n = self.vocab_size, len(text)
         p = np.full(n, 1.0 / V)  # the uniform base
         for k, oc in enumerate(self._orders):
@@ -110,7 +123,7 @@ class WittenBellNGram:
             lower = p[k:]
             seen = c_h > 0
             p[k:] = np.where(seen, (c_hw + t_h * lower) / np.where(seen, c_h + t_h, 1.0), lower)
-        return p
+            yield p
 
     def score(self, texts: Sequence[np.ndarray]) -> tuple[float, int]:
         """(total bits, number of tokens) over every token of every text."""
@@ -126,6 +139,18 @@ class WittenBellNGram:
     def bits_per_token(self, texts: Sequence[np.ndarray]) -> float:
         bits, count = self.score(texts)
         return bits / count if count else math.nan
+
+    def bits_per_token_by_order(self, texts: Sequence[np.ndarray]) -> list[float]:
+        """bits_per_token of every order 0 .. order (truncated(k) for each k), in one pass over the texts."""
+        if not self._orders:
+            raise SeqdiffError("the n-gram model is not fitted: call fit() first")
+        bits, count = np.zeros(len(self._orders)), 0
+        for t in self._check(texts):
+            if t.size:
+                for k, p in enumerate(self._probs_by_order(t)):
+                    bits[k] -= float(np.log2(p).sum())
+                count += int(t.size)
+        return [b / count if count else math.nan for b in bits.tolist()]
 
 
 __all__ = ["WittenBellNGram"]
