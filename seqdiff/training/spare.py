@@ -1,10 +1,13 @@
 """A second Python process started before this one's heavy imports, that imports torch and Lightning meanwhile and
 then waits to be handed a run to train (seqdiff.training.side_by_side.ChildRun).
 
-Why: the quickstart trains AR in a second process, and that process's run ends last, so its start is on the
-quickstart's critical path. Started from scratch once this process has imported Lightning and checked its runs, it
-began importing ~6 s after the command started, and spent ~6 more importing the same modules (both single-threaded,
-on a 2-core machine with a core to spare meanwhile). Started first thing, its imports overlap this process's.
+Why: the quickstart trains AR in a second process, and whichever run ends last sets the quickstart's time. Started
+from scratch once this process had imported Lightning and checked its runs, that process began importing ~6 s after
+the command started and spent ~6 s more importing the same modules (both single-threaded, on a 2-core machine with
+a core to spare meanwhile), so AR ended last. Started first thing, its imports overlap this process's, and the two
+trainings start together. Measured (reports/quickstart_side_by_side/session35_runs): 3-5 s less outside training,
+but the totals level on that host (the trainings took 1.6-3% longer, perhaps for overlapping for their whole length);
+with a cold file cache the imports it overlaps take longer.
 
 This module imports only the standard library: the CLI imports it before anything heavy. The spare reads one line
 of JSON from its standard input ({"argv": side_by_side.main's arguments, "log": file}); an end of input instead
