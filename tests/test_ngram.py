@@ -1,6 +1,7 @@
 """Witten-Bell n-gram: a normalized distribution for every context, equal to a naive recursive reference."""
 
 import itertools
+import json
 import math
 from collections import Counter
 
@@ -82,3 +83,17 @@ def test_a_truncated_model_is_the_lower_order_fitted_afresh():
     assert full.bits_per_token_by_order(test) == [full.truncated(k).bits_per_token(test) for k in range(5)]
     with pytest.raises(SeqdiffError, match=r"order 5 is not among the fitted orders 0..4"):
         full.truncated(5)
+
+
+def test_the_ngram_timing_experiment_checks_the_two_procedures_agree(tmp_path, monkeypatch):
+    from experiments import ngram_baseline_time
+
+    assert ngram_baseline_time.main(["--out", str(tmp_path), "--rounds", "1"]) == 0
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert set(results["median_seconds"]) == {"fitted_per_order", "counted_once"} and results["order"] >= 1
+    assert "the same bits for every order" in (tmp_path / "README.md").read_text()
+    counted_once = ngram_baseline_time.PROCEDURES["counted_once"]
+    monkeypatch.setitem(ngram_baseline_time.PROCEDURES, "counted_once",
+                        lambda data, tokenizer: {**counted_once(data, tokenizer), "order": 0})  # disagrees
+    assert ngram_baseline_time.main(["--out", str(tmp_path / "off"), "--rounds", "1"]) == 1
+    assert not (tmp_path / "off").exists()  # nothing written for a disagreement
