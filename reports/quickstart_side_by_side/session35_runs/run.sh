@@ -1,7 +1,9 @@
 #!/bin/bash
 # interleaved quickstart timing: old code (e5cd85b worktree) against this session's, wall clock from process start
+# usage: run.sh [TAG ...] (old*: the worktree, new*: /work/main); as run: run.sh, then run.sh new3 old3
 cd /work/runs/ab35
-for tag in old1 new1 new2 old2; do
+tags=("$@"); [ ${#tags[@]} -eq 0 ] && tags=(old1 new1 new2 old2)
+for tag in "${tags[@]}"; do
   case $tag in old*) dir=/work/wt_old;; new*) dir=/work/main;; esac
   rm -rf /work/runs/ab35/$tag
   mkdir -p /work/runs/ab35/$tag
