@@ -43,6 +43,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default="reports/bench/ngram_baseline")
     p.add_argument("--rounds", type=int, default=5)
     args = p.parse_args(argv)
+    if args.rounds < 1:
+        p.error(f"--rounds must be >= 1, got {args.rounds}")
     tokenizer = build_tokenizer(QUICKSTART.data.tokenizer)
     seconds: dict[str, list[float]] = {name: [] for name in PROCEDURES}
     results: dict[str, dict] = {}

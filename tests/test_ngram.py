@@ -97,3 +97,5 @@ def test_the_ngram_timing_experiment_checks_the_two_procedures_agree(tmp_path, m
                         lambda data, tokenizer: {**counted_once(data, tokenizer), "order": 0})  # disagrees
     assert ngram_baseline_time.main(["--out", str(tmp_path / "off"), "--rounds", "1"]) == 1
     assert not (tmp_path / "off").exists()  # nothing written for a disagreement
+    with pytest.raises(SystemExit):  # argparse's one-line error
+        ngram_baseline_time.main(["--out", str(tmp_path / "none"), "--rounds", "0"])
