@@ -40,6 +40,8 @@ ESTIMATORS = [Estimator("uniform"), Estimator("antithetic"), Estimator("antithet
               Estimator("mask_count", complementary=True, mask_count_law="inverse_sqrt")]
 """Each at B rows per forward: the two-mask estimators (independent or complementary) on B / 2 windows."""
 DEFAULT_OUT = Path("reports") / "variance"
+REGIMES = {"fixed_batch": "Fixed batch: only the noise (times, masks) redrawn",
+           "fresh_batch": "Fresh batch every draw: data and noise"}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -51,6 +53,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lr", type=float, default=3e-3, help="learning rate of those steps")
     p.add_argument("--draws", type=int, default=150, help="draws per estimator and regime")
     p.add_argument("--seed", type=int, default=0, help="seed of the initialization, the data and the noise")
+    p.add_argument("--groups", type=int, default=5,
+                   help="disjoint groups of draws whose spread gives the standard errors")
+    p.add_argument("--regimes", default="fixed_batch fresh_batch",
+                   help="which regimes to measure, space- or comma-separated: fixed_batch (only the noise redrawn), "
+                        "fresh_batch (data and noise)")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     p.add_argument("--estimators", default="",
                    help="comma-separated labels of the estimators to measure, in the table's order (default: all); "
@@ -68,6 +75,7 @@ def _write_atomically(path: Path, text: str) -> None:
 
 
 def render(result: dict) -> str:
+    groups = result["config"].get("groups", 5)  # runs before --groups used 5
     lines = [f"Made by `{result['command']}` on {result['date']} ({result['elapsed_s']:.0f} s, torch "
              f"{result['torch']}, {result['threads']} threads). Model: DiT preset {result['config']['preset']} "
              f"({result['params']:,} parameters), character tokenizer, trained {result['config']['train_steps']} "
@@ -76,27 +84,50 @@ def render(result: dict) -> str:
              f"{result['config']['seq_len']} characters, one forward and backward; {result['config']['draws']} draws "
              f"per estimator and regime.\n",
              "grad var = E ||g - E g||^2 (trace of the gradient covariance); abs(E g)^2 = squared norm of the mean "
-             "gradient; s.e. of a variance = spread over 5 disjoint groups of draws / sqrt(5). mask_count estimates "
+             f"gradient; s.e. of a variance = spread over {groups} disjoint groups of draws / sqrt({groups}). "
+             "mask_count estimates "
              "the untruncated NELBO, the time-based draws the one truncated at t_min (O(t_min + eps) apart). "
              f"Ratios are `{result['baseline']}` (seqdiff's sampler before method.time_sampling had a choice) "
              "divided by "
-             "the estimator (> 1: lower variance).\n"]
-    for regime, title in (("fixed_batch", "Fixed batch: only the noise (times, masks) redrawn"),
-                          ("fresh_batch", "Fresh batch every draw: data and noise")):
+             "the estimator (> 1: lower variance); a ratio's s.e. by the delta method from the two variances' (their "
+             "errors taken as independent).\n"]
+    for regime, title in REGIMES.items():
+        if regime not in result["results"]:  # not measured (--regimes)
+            continue
+        rows = result["results"][regime]
+        base = next(row for row in rows if row["label"] == result["baseline"])
         lines += [f"\n## {title}\n", "| estimator | loss mean ± s.e. | loss var ± s.e. | grad var ± s.e. | "
-                  "abs(E g)^2 | loss var ratio | grad var ratio |", "|---|---|---|---|---|---|---|"]
-        for row in result["results"][regime]:
+                  "abs(E g)^2 | loss var ratio | grad var ratio ± s.e. |", "|---|---|---|---|---|---|---|"]
+        for row in rows:
             ratio = result["ratios"][regime][row["label"]]
+            spread = "" if row is base else f" ± {ratio_stderr(base, row):.2f}"
             lines.append(f"| {row['label']} | {row['loss_mean']:.4f} ± {row['loss_mean_stderr']:.4f} | "
                          f"{row['loss_var']:.2e} ± {row['loss_var_stderr']:.1e} | "
                          f"{row['grad_var']:.2e} ± {row['grad_var_stderr']:.1e} | {row['grad_norm2']:.2e} | "
-                         f"{ratio['loss_var']:.2f} | {ratio['grad_var']:.2f} |")
+                         f"{ratio['loss_var']:.2f} | {ratio['grad_var']:.2f}{spread} |")
         agree = result.get("mean_gradient_agreement", {}).get(regime)
         if agree:
             lines += ["", f"Mean gradient against `{result['baseline']}` on the same batches, "
                       "||g_bar - g_bar_base||^2 / ((grad var + grad var_base) / draws) (about 1 if they agree, far "
                       "above 1 if one is biased): " + ", ".join(f"{k} {v:.2f}" for k, v in agree.items())]
     return "\n".join(lines) + "\n"
+
+
+def ratio_stderr(base: dict, row: dict) -> float:
+    """Standard error of base grad var / row grad var, to first order from the two variances' standard errors."""
+    ratio = base["grad_var"] / row["grad_var"]
+    return ratio * ((base["grad_var_stderr"] / base["grad_var"]) ** 2
+                    + (row["grad_var_stderr"] / row["grad_var"]) ** 2) ** 0.5
+
+
+def chosen_regimes(names: str) -> list[str]:
+    """The regimes named in `names` (space- or comma-separated), in REGIMES' order."""
+    wanted = set(names.replace(",", " ").split())
+    unknown = sorted(wanted - set(REGIMES))
+    if unknown or not wanted:
+        raise SystemExit(f"--regimes: {'unknown ' + str(unknown) if unknown else 'none given'}; choose from "
+                         f"{list(REGIMES)}")
+    return [r for r in REGIMES if r in wanted]
 
 
 def chosen_estimators(labels: str) -> list[Estimator]:
@@ -115,6 +146,9 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     estimators = chosen_estimators(args.estimators)
+    regimes = chosen_regimes(args.regimes)
+    if args.groups < 2 or args.draws < 2 * args.groups:
+        raise SystemExit(f"--draws {args.draws} --groups {args.groups}: need at least 2 groups of at least 2 draws")
     if args.render:  # the tables from the numbers on disk (after a change of wording)
         result = json.loads((Path(args.out) / "results.json").read_text())
         _write_atomically(Path(args.out) / "table.md", render(result))
@@ -152,10 +186,10 @@ def main(argv: list[str] | None = None) -> int:
         return build_method(MethodConfig(name="mdlm", time_sampling=time_sampling, **options), tokenizer)
 
     results, ratios, agreement = {}, {}, {}
-    for regime in ("fixed_batch", "fresh_batch"):
+    for regime in regimes:
         means: dict = {}
         stats = measure(factory, backbone, batch_at, estimators, args.draws, regime=regime, seed=args.seed,
-                        mean_gradients=means)
+                        groups=args.groups, mean_gradients=means)
         results[regime] = [s.to_dict() for s in stats]
         same_data = [s for s in stats if s.label == BASELINE or s.masks_per_sequence == 1 and not s.complementary]
         agreement[regime] = mean_gradient_agreement({s.label: means[s.label] for s in same_data}, same_data, BASELINE)

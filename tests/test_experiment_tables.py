@@ -20,7 +20,43 @@ def test_the_variance_table_shows_every_estimator_and_ratio():
             ratio = result["ratios"][regime][row["label"]]
             assert (f"| {row['label']} | {row['loss_mean']:.4f} ± {row['loss_mean_stderr']:.4f} | "
                     f"{row['loss_var']:.2e}") in text
-            assert f"| {ratio['loss_var']:.2f} | {ratio['grad_var']:.2f} |" in text
+            assert f"| {ratio['loss_var']:.2f} | {ratio['grad_var']:.2f}" in text
+
+
+def test_the_variance_table_gives_each_ratio_its_standard_error_and_shows_only_the_measured_regimes():
+    from experiments.estimator_variance import ratio_stderr, render
+
+    result = json.loads((REPORTS / "variance" / "results.json").read_text())
+    fresh_only = {**result, "results": {"fresh_batch": result["results"]["fresh_batch"]},
+                  "config": {**result["config"], "groups": 20}}
+    text = render(fresh_only)
+    assert "## Fresh batch" in text and "## Fixed batch" not in text
+    assert "spread over 20 disjoint groups of draws / sqrt(20)" in text
+    rows = result["results"]["fresh_batch"]
+    base = next(r for r in rows if r["label"] == result["baseline"])
+    for row in rows:
+        ratio = result["ratios"]["fresh_batch"][row["label"]]["grad_var"]
+        if row is not base:
+            se = ratio_stderr(base, row)
+            assert f"| {ratio:.2f} ± {se:.2f} |" in text
+            # the delta method's first-order error: ratio times the root sum of squared relative errors
+            rel = ((base["grad_var_stderr"] / base["grad_var"]) ** 2 + (row["grad_var_stderr"] / row["grad_var"]) ** 2)
+            assert se == pytest.approx(ratio * rel ** 0.5)
+    assert "spread over 5 disjoint groups" in render(result)  # results written before --groups
+
+
+def test_the_variance_run_refuses_unknown_regimes_and_too_few_draws_per_group(tmp_path):
+    from experiments.estimator_variance import chosen_regimes, main
+
+    assert chosen_regimes("fresh_batch") == ["fresh_batch"]
+    assert chosen_regimes("fresh_batch,fixed_batch") == ["fixed_batch", "fresh_batch"]
+    with pytest.raises(SystemExit, match="unknown.*'fresh'"):
+        chosen_regimes("fresh")
+    with pytest.raises(SystemExit, match="none given"):
+        chosen_regimes(" ")
+    with pytest.raises(SystemExit, match="--draws 10 --groups 8"):
+        main(["--draws", "10", "--groups", "8", "--out", str(tmp_path)])
+    assert not any(tmp_path.iterdir())
 
 
 def test_the_variance_run_measures_the_chosen_estimators_and_always_the_baseline():
