@@ -30,7 +30,7 @@ from seqdiff.config import apply_overrides as apply_config_overrides
 from seqdiff.data.text import split_path, tokenize_file
 from seqdiff.evaluation.generate import write_atomically
 from seqdiff.evaluation.likelihood import evaluate_tokens
-from seqdiff.quickstart import METHODS, NUM_T_SAMPLES, QUICKSTART
+from seqdiff.quickstart import METHODS, NUM_T_SAMPLES, QUICKSTART, method_recipe
 from seqdiff.training.run import LAST_CHECKPOINT, train
 
 CANDIDATES: dict[str, list[str]] = {
@@ -70,7 +70,9 @@ CANDIDATES: dict[str, list[str]] = {
 """Recipes tried, as overrides of seqdiff.quickstart.QUICKSTART (the preset's width is overridden too). The
 recipe changed in session 13 (2,000 steps, train.precision=bf16-if-native): the rows of
 reports/quickstart_sweep/results.json were measured against the 1,000-step float32 recipe, which
-`train.max_steps=1000 train.precision=auto` reproduces.
+`train.max_steps=1000 train.precision=auto` reproduces. Since session 36 each method starts from its own learning rate
+(seqdiff.quickstart.LEARNING_RATES: MDLM 4e-3, AR 1e-3); the rows before were measured with 2e-3 for both, which
+`train.lr=2e-3` reproduces.
 `method.*` overrides are MDLM's: AR trains without them, and reuses the run of an earlier candidate whose
 AR overrides are the same (mask_count's AR run is the baseline's; both complementary candidates' AR run is
 complementary-16's, AR at 16 windows per step)."""
@@ -90,7 +92,10 @@ def run_name(name: str, overrides: list[str], method: str, candidates: dict[str,
 
 
 def candidate_config(name: str, overrides: list[str], method: str):
-    data = apply_config_overrides(to_dict(QUICKSTART), [*overrides, f"method.name={method}", "model.preset=null"])
+    """The candidate's run of `method`: the quickstart's run of it (its own learning rate since session 36) with
+    the candidate's overrides."""
+    data = apply_config_overrides(to_dict(method_recipe(QUICKSTART, method)),
+                                  [*overrides, f"method.name={method}", "model.preset=null"])
     config = from_dict(RunConfig, data)
     t = config.train
     steps = t.max_steps

@@ -3,6 +3,7 @@ import os
 import signal
 from dataclasses import replace
 
+from seqdiff.checkpoint import read_checkpoint
 from seqdiff.cli import main
 
 
@@ -63,6 +64,11 @@ def test_quickstart_end_to_end_and_reuse(tmp_path, capsys, monkeypatch):
     assert 0 <= results["seconds_before_call"] < 5 and "of wall-clock time (" in summary
     assert "nucleus sampling at top_p 0.9" in summary  # the samples' setting is stated
     assert "MDLM's training noise: method.time_sampling mask_count, mask_count_law inverse_sqrt" in summary
+    # each model trained at its own learning rate, as its checkpoint's recipe and the summary say
+    assert results["learning_rates"] == qs.LEARNING_RATES == {"mdlm": 4e-3, "ar": 1e-3}
+    for method, lr in qs.LEARNING_RATES.items():
+        assert read_checkpoint(runs / method / "checkpoints" / "last.ckpt")["hyper_parameters"]["train"]["lr"] == lr
+    assert "AdamW lr 0.004 (MDLM) and 0.001 (AR) with cosine decay" in summary
     shown = results["models"]["ar"]["samples"]
     assert f"    {shown[qs.SHOWN - 1]}\n" in summary and f"    {shown[qs.SHOWN]}\n" not in summary
     assert f"| n-gram (Witten-Bell, order {ngram['order']}) | {ngram['bits_per_character']:.4f} |" in summary
@@ -143,6 +149,24 @@ def test_the_summary_names_mdlms_training_noise_as_resolved():
         " MDLM's training noise: method.time_sampling antithetic.")
     uniform = qs._noise_sentence({"training_noise": {"time_sampling": "mask_count", "mask_count_law": "uniform"}})
     assert "mask_count_law uniform (k of a row's n characters masked, k uniform on 1..n" in uniform
+
+
+def test_each_quickstart_run_is_the_recipe_with_its_method_and_learning_rate_only():
+    import seqdiff.quickstart as qs
+    from experiments import quickstart_sweep as sweep
+
+    for method in qs.METHODS:
+        run = qs.method_recipe(qs.QUICKSTART, method)
+        assert run.method.name == method and run.train.lr == qs.LEARNING_RATES[method]
+        assert replace(run, name=qs.QUICKSTART.name, method=replace(run.method, name="mdlm"),
+                       train=replace(run.train, lr=qs.QUICKSTART.train.lr)) == qs.QUICKSTART
+        # the sweep starts each method from the quickstart's run of it; a candidate's train.lr still wins
+        assert sweep.candidate_config("baseline", [], method).train.lr == qs.LEARNING_RATES[method]
+        assert sweep.candidate_config("lr", ["train.lr=3e-3"], method).train.lr == 3e-3
+    assert qs.QUICKSTART.train.lr == qs.LEARNING_RATES["mdlm"]  # the recipe file is MDLM's run
+    # the summary's wording: both rates where they differ, one where they agree or a report predates them
+    assert qs._learning_rates({"learning_rates": {"mdlm": 0.004, "ar": 0.001}}) == "lr 0.004 (MDLM) and 0.001 (AR)"
+    assert qs._learning_rates({"config": {"train": {"lr": 0.002}}}) == "lr 0.002"
 
 
 def test_the_summary_says_why_a_run_trained_in_float32():
