@@ -70,7 +70,7 @@ LEARNING_RATES = {"mdlm": 4e-3, "ar": 1e-3}
 """Each model's peak AdamW learning rate (session 36, reports/quickstart_sweep/lr, validation play): the 2e-3 both
 shared since session 8 was chosen before the convolutions, the k-mers and MDLM's lower-variance estimator. At 1,100
 steps MDLM is best at 4e-3 (2.5382 / 2.5412 bits under seeds 0 / 1 against 2.5487 / 2.5475 at 2e-3; 6e-3 2.5513)
-and AR at 0.7-1e-3 (1e-3: 2.1316 against 2.1489 at 2e-3 under seed 0; flat from 5e-4 to 1e-3)."""
+and AR at 0.7-1e-3 (1e-3: 2.1316 / 2.1374 against 2.1489 / 2.1574 at 2e-3; flat from 5e-4 to 1e-3 under seed 0)."""
 QUICKSTART = RunConfig(
     name="quickstart",
     model=ModelConfig(preset="cpu-tiny", hidden_size=128, n_layers=2, n_heads=2, max_seq_len=128, local_conv=9,
