@@ -30,7 +30,7 @@ from seqdiff.config import apply_overrides as apply_config_overrides
 from seqdiff.data.text import split_path, tokenize_file
 from seqdiff.evaluation.generate import write_atomically
 from seqdiff.evaluation.likelihood import evaluate_tokens
-from seqdiff.quickstart import METHODS, NUM_T_SAMPLES, QUICKSTART, method_recipe
+from seqdiff.quickstart import METHODS, NUM_T_SAMPLES, QUICKSTART, finished_run_changes, method_recipe
 from seqdiff.training.run import LAST_CHECKPOINT, train
 
 CANDIDATES: dict[str, list[str]] = {
@@ -114,6 +114,10 @@ def run_candidate(name: str, overrides: list[str], run_root: Path,
         run_dir = run_root / folder / method
         last = run_dir / LAST_CHECKPOINT
         done = last.is_file() and read_checkpoint(last).get("global_step", 0) >= config.train.max_steps
+        stale = finished_run_changes(config, run_dir) if done else ""
+        if stale:  # e.g. a run root of an earlier session, before the recipe changed: not this candidate's run
+            raise ConfigError(f"{run_dir} holds a finished run of another recipe ({stale}); remove it or pass "
+                              "another --run-root")
         if not done:
             train(config, run_dir, resume=last.is_file())
         timing = run_dir / "timing.json"

@@ -196,14 +196,19 @@ REUSE_IGNORES = ("train.progress_bar", "train.wandb", "train.accelerator", "trai
 it trained); any other difference (a seed, a step count) is a different run."""
 
 
-def _check_reusable(config: RunConfig, run_dir: Path) -> None:
-    """Refuse to reuse a finished run of another recipe (another --seed or --max-steps), naming what differs."""
-    ckpt = read_checkpoint(run_dir / LAST_CHECKPOINT)
-    saved = ckpt.get("hyper_parameters", {})
+def finished_run_changes(config: RunConfig, run_dir: Path) -> str:
+    """'' when the run in `run_dir` (its last checkpoint) trained `config`'s recipe, else what differs, as
+    'key: old -> new; ...' (keys in REUSE_IGNORES aside). Also what the recipe sweep checks before reusing a run."""
+    saved = read_checkpoint(run_dir / LAST_CHECKPOINT).get("hyper_parameters", {})
     changes = {k: v for k, v in recipe_changes(saved, config, saved.get("tokenizer") or {}).items()
                if k not in REUSE_IGNORES}
-    if changes:
-        listed = "; ".join(f"{k}: {old!r} -> {new!r}" for k, (old, new) in changes.items())
+    return "; ".join(f"{k}: {old!r} -> {new!r}" for k, (old, new) in changes.items())
+
+
+def _check_reusable(config: RunConfig, run_dir: Path) -> None:
+    """Refuse to reuse a finished run of another recipe (another --seed or --max-steps), naming what differs."""
+    listed = finished_run_changes(config, run_dir)
+    if listed:
         raise ConfigError(f"[quickstart] {run_dir} holds a finished run of another recipe ({listed}); pass "
                           "--overwrite to replace it or --run-dir to train elsewhere")
 

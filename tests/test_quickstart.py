@@ -3,6 +3,8 @@ import os
 import signal
 from dataclasses import replace
 
+import pytest
+
 from seqdiff.checkpoint import read_checkpoint
 from seqdiff.cli import main
 
@@ -85,7 +87,6 @@ def test_quickstart_end_to_end_and_reuse(tmp_path, capsys, monkeypatch):
 
 
 def test_sweep_candidates_are_valid_recipes_and_bad_names_are_refused(capsys):
-    import pytest
 
     from experiments import quickstart_sweep as sweep
 
@@ -109,6 +110,23 @@ def test_sweep_candidates_are_valid_recipes_and_bad_names_are_refused(capsys):
     with pytest.raises(SystemExit):
         sweep.main(["--candidate", "nope"])
     assert "unknown" in capsys.readouterr().err
+
+
+def test_the_sweep_reuses_a_finished_run_of_the_same_recipe_only(tmp_path):
+    """A run root from before a recipe change (here AR's learning rate) holds runs of another recipe: the sweep
+    names the difference instead of scoring the old run as the candidate's."""
+    from experiments import quickstart_sweep as sweep
+    from seqdiff.config import ConfigError
+
+    tiny = ["train.max_steps=2", "data.batch_size=2", "model.kmer_sizes=[]"]
+    first = sweep.run_candidate("tiny", tiny, tmp_path, methods=("ar",))["methods"]["ar"]
+    assert first["steps"] == 2 and first["valid_bits_per_character"] > 0
+    assert sweep.run_candidate("tiny", tiny, tmp_path, methods=("ar",))["methods"]["ar"] == first  # reused as is
+    written = (tmp_path / "tiny" / "ar" / "checkpoints" / "last.ckpt").stat().st_mtime_ns
+    with pytest.raises(ConfigError, match=r"tiny/ar holds a finished run of another recipe \(train.lr: 0.001 -> "
+                                          r"0.0005\); remove it or pass another --run-root"):
+        sweep.run_candidate("tiny", [*tiny, "train.lr=5e-4"], tmp_path, methods=("ar",))
+    assert (tmp_path / "tiny" / "ar" / "checkpoints" / "last.ckpt").stat().st_mtime_ns == written
 
 
 def test_projected_time_reports_the_training_left_and_the_steps_that_fit_the_budget(capsys):
