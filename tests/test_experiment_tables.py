@@ -43,6 +43,9 @@ def test_the_variance_table_gives_each_ratio_its_standard_error_and_shows_only_t
             rel = ((base["grad_var_stderr"] / base["grad_var"]) ** 2 + (row["grad_var_stderr"] / row["grad_var"]) ** 2)
             assert se == pytest.approx(ratio * rel ** 0.5)
     assert "spread over 5 disjoint groups" in render(result)  # results written before --groups
+    # a closed form: 0.6 ± 0.03 (5%) over 0.3 ± 0.012 (4%) is 2 ± 2 * sqrt(0.05^2 + 0.04^2) = 2 ± 0.1281
+    worked = ratio_stderr({"grad_var": 0.6, "grad_var_stderr": 0.03}, {"grad_var": 0.3, "grad_var_stderr": 0.012})
+    assert worked == pytest.approx(0.128062, abs=1e-6)
 
 
 def test_the_variance_run_refuses_unknown_regimes_and_too_few_draws_per_group(tmp_path):
