@@ -8,7 +8,14 @@ import pytest
 import torch
 
 from seqdiff.bench import main
-from seqdiff.bench.models import FULL_HEAD_MODEL, TRAIN_MODELS, UNFUSED_MODELS, expected_cached_speedup, vocab_stub
+from seqdiff.bench.models import (
+    FULL_HEAD_MODEL,
+    FULL_LAST_BLOCK_MODEL,
+    TRAIN_MODELS,
+    UNFUSED_MODELS,
+    expected_cached_speedup,
+    vocab_stub,
+)
 from seqdiff.config import MethodConfig
 from seqdiff.methods import MDLM
 
@@ -134,7 +141,8 @@ def test_activation_option_picks_the_same_activation_contenders():
 
 @pytest.mark.slow
 def test_bench_with_exact_gelu_the_full_head_and_bf16_runs_end_to_end(tmp_path, keep_threads):
-    assert main([*TINY, "--activation", "gelu", "--full-head", "--precision", "bf16", "--out", str(tmp_path)]) == 0
+    assert main([*TINY, "--activation", "gelu", "--full-head", "--full-last-block", "--precision", "bf16",
+                 "--out", str(tmp_path)]) == 0
     data = json.loads((tmp_path / "bench.json").read_text())
     assert data["precision"] == "bf16 autocast"  # on the CPU too: train.precision=bf16-mixed
     assert "bf16 matmul 64²" in (tmp_path / "bench.md").read_text()
@@ -150,6 +158,14 @@ def test_bench_with_exact_gelu_the_full_head_and_bf16_runs_end_to_end(tmp_path, 
     assert share == pytest.approx(MDLM(MethodConfig(), _vocab(data)).masked_share())
     assert data["flops_per_token"][full] > data["flops_per_token"]["seqdiff_bidirectional"]  # the whole head counts
     assert f"| {full} |" in md and "**Output head at the masked positions**" in md
+    # --full-last-block: the same sparse-head MDLM with its whole last block at every position
+    whole = FULL_LAST_BLOCK_MODEL
+    assert data["config"]["full_last_block"] and whole in data["train_tokens_per_s"] and whole in data["peak_memory_mb"]
+    last_block = data["ratio_last_block_at_outputs_vs_full_last_block"]
+    assert last_block["n"] == 2 and last_block["median"] > 0
+    flops = data["flops_per_token"]
+    assert flops[full] > flops[whole] > flops["seqdiff_bidirectional"]  # the last block's MLP counts everywhere
+    assert f"| {whole} |" in md and "**Last block at the masked positions**" in md
 
 
 @pytest.mark.parametrize("bf16, dtype", [(None, torch.float32), (False, torch.float32), (True, torch.bfloat16)])

@@ -90,7 +90,9 @@ def test_head_at_masked_leaves_loss_and_gradients_unchanged(case):
 
 @pytest.mark.parametrize("backbone", ["dit", "bert"])
 def test_the_sparse_path_runs_the_head_on_masked_positions_only(backbone):
-    """The head really runs at fewer rows: the forward FLOPs differ by the head's 2 H V per unmasked position."""
+    """The head really runs at fewer rows: the forward FLOPs differ by the head's 2 H V per unmasked position, and
+    for the DiT by its last block's output projection (2 H^2) and MLP (2 x 2 H 4H) there too
+    (`DiT.last_block_at_outputs`)."""
     from torch.utils.flop_counter import FlopCounterMode
 
     net = _backbone(backbone)
@@ -105,7 +107,8 @@ def test_the_sparse_path_runs_the_head_on_masked_positions_only(backbone):
     unmasked = int((xt != TOK.mask_id).sum())
     assert 0 < unmasked < xt.numel()
     H = TINY.hidden_size
-    per_position = 2 * H * TOK.vocab_size + (2 * H * H if backbone == "bert" else 0)  # BERT: + its dense transform
+    per_position = 2 * H * TOK.vocab_size + (2 * H * H if backbone == "bert" else 18 * H * H)  # BERT: + its dense
+    # transform; DiT: its last block's output projection and MLP
     assert flops[False] - flops[True] == per_position * unmasked
 
 
@@ -147,7 +150,8 @@ def test_masked_share_closed_forms():
 
 def test_flops_per_token_counts_the_head_at_its_share():
     """torch's FLOP counter on a forward + backward with the head at N of B * L positions: the Linear FLOPs are
-    6 x (the body's weights x B L + the head's weight x N), and flops_per_token moves by the head's share."""
+    6 x (the body's weights x B L + the weights after the last attention x N), and flops_per_token moves by
+    those weights' share; the whole last block runs everywhere with last_block_at_outputs off."""
     from torch.utils.flop_counter import FlopCounterMode
 
     net = _backbone()
@@ -155,12 +159,22 @@ def test_flops_per_token_counts_the_head_at_its_share():
     x = torch.randint(0, TOK.vocab_size - 4, (B, L))
     with FlopCounterMode(display=False) as counter:
         net(x, output_index=torch.arange(N) * 3).square().mean().backward()
-    head = net.output.weight.numel()
+    last = net.blocks[-1]
+    sparse = [net.output, last.attn.out, last.mlp.fc, last.mlp.proj]
+    assert net.output_modules() == sparse
+    head = sum(m.weight.numel() for m in sparse)
     body = sum(m.weight.numel() for m in net.modules() if isinstance(m, torch.nn.Linear)) - head
     assert counter.get_total_flops() == 6 * (body * B * L + head * N)
     share = N / (B * L)
-    head_params = head + net.output.bias.numel()
+    head_params = head + sum(m.bias.numel() for m in sparse)
     assert net.flops_per_token(L) - net.flops_per_token(L, share) == round(6 * (1 - share) * head_params)
+
+    net.last_block_at_outputs = False
+    with FlopCounterMode(display=False) as counter:
+        net(x, output_index=torch.arange(N) * 3).square().mean().backward()
+    output = net.output.weight.numel()
+    assert counter.get_total_flops() == 6 * ((head + body - output) * B * L + output * N)
+    assert net.output_modules() == [net.output]
 
 
 def test_head_share_is_a_fact_of_the_method_and_backbone():

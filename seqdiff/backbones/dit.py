@@ -156,9 +156,27 @@ def bias_excluding(bias: Tensor, exclude_id: int | None) -> Tensor:
     return bias.index_fill(0, torch.tensor([exclude_id], device=bias.device), float("-inf"))  # (V,)
 
 
-def modulate(x: Tensor, shift: Tensor, scale: Tensor) -> Tensor:
-    """adaLN: x * (1 + scale) + shift, with shift / scale (B, 1, H) broadcast over positions."""
+def modulate(x: Tensor, shift: Tensor | None, scale: Tensor | None) -> Tensor:
+    """adaLN: x * (1 + scale) + shift, with shift / scale (B, 1, H) broadcast over positions (or (N, H), one row
+    per selected position: `at_rows`); x unchanged without conditioning (None)."""
+    if shift is None:
+        return x
     return torch.addcmul(shift, x, 1 + scale)
+
+
+def gated_add(x: Tensor, gate: Tensor | None, h: Tensor) -> Tensor:
+    """A residual branch: x + gate * h under adaLN-Zero, x + h without conditioning (gate None)."""
+    if gate is None:
+        return x + h
+    return torch.addcmul(x, gate, h)
+
+
+def at_rows(modulation: Tensor | None, output_index: Tensor | None, L: int) -> Tensor | None:
+    """A per-row adaLN vector (B, 1, H) at the flat positions `output_index` (N,) of rows of length L: (N, H),
+    the vector of each position's row. Unchanged when either is None."""
+    if modulation is None or output_index is None:
+        return modulation
+    return modulation[:, 0].index_select(0, torch.div(output_index, L, rounding_mode="floor"))  # (N, H)
 
 
 class TimestepEmbedding(nn.Module):
@@ -196,7 +214,10 @@ class SelfAttention(nn.Module):
         is_causal: bool,
         kv: tuple[Tensor, Tensor] | None = None,
         start: int = 0,
+        output_index: Tensor | None = None,
     ) -> Tensor:
+        """(B, L, H), or (N, H) at the flat positions `output_index` only: every position's key and value, and
+        every query, are computed either way; the output projection runs only where the output is kept."""
         B, L, H = x.shape
         q, k, v = self.qkv(x).view(B, L, 3, self.n_heads, self.head_dim).unbind(2)  # (B, L, nH, Dh) views
         q = apply_rotary(q, rotations).transpose(1, 2)  # (B, nH, L, Dh), rotated at positions start + i
@@ -214,7 +235,7 @@ class SelfAttention(nn.Module):
             y = _flex(q, k, v, attn_mask)
         else:
             y = attention(q, k, v, attn_mask=attn_mask, is_causal=is_causal)  # SDPA or, bf16 on CPU, explicit
-        y = y.transpose(1, 2).reshape(B, L, H)  # (B, L, H)
+        y = select_positions(y.transpose(1, 2).reshape(B, L, H), output_index)  # (B, L, H) or (N, H)
         return self.dropout(self.out(y))
 
 
@@ -261,23 +282,31 @@ class DiTBlock(nn.Module):
         keep: Tensor | None = None,
         segment_ids: Tensor | None = None,
         conv_history: Sequence[Tensor] = (),
+        output_index: Tensor | None = None,
     ) -> Tensor:
         """keep (B, L): False at padding; segment_ids: packed documents; conv_history: the cache's conv inputs
         of this layer, one per convolution. The three only matter to the local convolutions (attention gets
-        them as attn_mask)."""
+        them as attn_mask).
+
+        output_index (N,): flat positions b * L + i; the block's output (N, H) there only. Keys and values
+        need every position, so attention runs in full; what follows it per position (the output projection,
+        the residual, the MLP) runs at those positions only, the MLP's convolution excepted (it reads
+        neighbours, so with model.local_conv_mlp the branch input is formed everywhere and selected after)."""
         history = (*conv_history, None, None)
         if self.adaLN_modulation is None:
-            h = self.mix(self.local_conv, self.norm1(x), keep, segment_ids, history[0], start)
-            x = x + self.attn(h, rotations, attn_mask, is_causal, kv, start)
-            return x + self.mlp(self.mix(self.local_conv_mlp, self.norm2(x), keep, segment_ids, history[1], start))
-        # (B, 1, 6H) -> six (B, 1, H)
-        shift1, scale1, gate1, shift2, scale2, gate2 = self.adaLN_modulation(c)[:, None].chunk(6, dim=-1)
+            shift1 = scale1 = gate1 = shift2 = scale2 = gate2 = None
+        else:  # (B, 1, 6H) -> six (B, 1, H)
+            shift1, scale1, gate1, shift2, scale2, gate2 = self.adaLN_modulation(c)[:, None].chunk(6, dim=-1)
+        L = x.shape[1]
         h = self.mix(self.local_conv, modulate(self.norm1(x), shift1, scale1), keep, segment_ids, history[0], start)
-        h = self.attn(h, rotations, attn_mask, is_causal, kv, start)
-        x = torch.addcmul(x, gate1, h)  # x + gate * h
-        h = self.mix(self.local_conv_mlp, modulate(self.norm2(x), shift2, scale2), keep, segment_ids, history[1],
-                     start)
-        return torch.addcmul(x, gate2, self.mlp(h))
+        early = None if self.local_conv_mlp is not None else output_index  # where the attention output is cut
+        h = self.attn(h, rotations, attn_mask, is_causal, kv, start, output_index=early)  # (B, L, H) or (N, H)
+        x = gated_add(select_positions(x, early), at_rows(gate1, early, L), h)
+        h = self.mix(self.local_conv_mlp, modulate(self.norm2(x), at_rows(shift2, early, L), at_rows(scale2, early, L)),
+                     keep, segment_ids, history[1], start)
+        late = output_index if early is None else None  # with the MLP's convolution: cut after it
+        x, h = select_positions(x, late), select_positions(h, late)
+        return gated_add(x, at_rows(gate2, output_index, L), self.mlp(h))
 
     @staticmethod
     def mix(conv: LocalConv | None, h: Tensor, keep: Tensor | None, segment_ids: Tensor | None,
@@ -313,6 +342,11 @@ class DiT(nn.Module):
     (MDLM's SUBS: the masked positions, MASK excluded)."""
     fuses_loss = True
     """forward(targets=..., token_weight=...): the head's cross-entropy without the logits (method.fused_loss)."""
+    last_block_at_outputs = True
+    """With output_index, the last block runs its output projection and MLP at those positions only (its
+    attention in full: keys and values need every position). The same outputs to float rounding (tested);
+    False runs the whole last block everywhere and selects after the final norm (`seqdiff bench
+    --full-last-block` times the two)."""
     packed_attention = "auto"
     """Kernel for packed documents: "auto" (`packed_attention_kernel`), or "flex" / "sdpa" to force one."""
 
@@ -378,8 +412,8 @@ class DiT(nn.Module):
         Inside forward so that FSDP's and DDP's hooks see the head's weights used.
         """
         h = self.hidden_states(input_ids, noise_level, attention_mask, kv_cache=kv_cache, attn_mask=attn_mask,
-                               positions=positions, update_cache=update_cache, segment_ids=segment_ids)  # (B, L, H)
-        h = select_positions(h, output_index)  # (B, L, H) or (N, H)
+                               positions=positions, update_cache=update_cache, segment_ids=segment_ids,
+                               output_index=output_index)  # (B, L, H) or (N, H)
         bias = bias_excluding(self.output.bias, exclude_id)  # (V,)
         if targets is not None:
             return linear_cross_entropy(h, self.output.weight, bias, targets, token_weight)
@@ -407,8 +441,11 @@ class DiT(nn.Module):
         positions: Tensor | None = None,
         update_cache: bool = True,
         segment_ids: Tensor | None = None,
+        output_index: Tensor | None = None,
     ) -> Tensor:
-        """Final-normed (and, with time conditioning, modulated) hidden states (B, L, hidden_size).
+        """Final-normed (and, with time conditioning, modulated) hidden states (B, L, hidden_size), or (N,
+        hidden_size) at the flat positions output_index (N,) (b * L + i) only: the last block then computes its
+        output at those positions only (`DiTBlock.forward`, `last_block_at_outputs`).
 
         layer: return instead the residual stream after that many blocks (0 = the token embeddings,
         n_layers = the last block's output before the final norm); probes read intermediate layers this way.
@@ -460,6 +497,8 @@ class DiT(nn.Module):
             raise ValueError(f"layer must be in [0, {len(self.blocks)}] (n_layers), got {layer}")
         if layer is not None and kv_cache is not None:
             raise ValueError("layer= reads an intermediate layer for probes; it cannot fill a kv_cache")
+        if layer is not None and output_index is not None:
+            raise ValueError("layer= returns every position of an intermediate layer; it takes no output_index")
         conv, kmers = self.config.local_conv, self.config.kmer_sizes
         if (conv or kmers) and (explicit or (kv_cache is not None and kv_cache.blockwise)):
             what = f"model.local_conv={conv}" if conv else f"model.kmer_sizes={kmers}"
@@ -471,18 +510,21 @@ class DiT(nn.Module):
                 x = x + self.kmer_embed.forward_cached(input_ids, kv_cache.token_ids, start, attention_mask)
             else:
                 x = x + self.kmer_embed(input_ids, attention_mask, segment_ids)
+        last = len(self.blocks) - 1 if layer is None and self.last_block_at_outputs else None
         for i, block in enumerate(self.blocks[:layer]):
             kv = None if kv_cache is None else (kv_cache.keys[i], kv_cache.values[i])
             sites = block.conv_sites
             history = kv_cache.conv_inputs[i * sites:(i + 1) * sites] if kv_cache is not None else ()
             x = block(x, c, rotations, attn_mask, is_causal, kv, start, keep=attention_mask, segment_ids=segment_ids,
-                      conv_history=history)
+                      conv_history=history, output_index=output_index if i == last else None)
         if layer is not None:
             return x
+        if last is None or last < 0:  # the positions were not selected inside the last block
+            x = select_positions(x, output_index)  # (N, H) or unchanged
         x = self.norm_final(x)
         if self.final_modulation is not None:
             shift, scale = self.final_modulation(c)[:, None].chunk(2, dim=-1)  # (B, 1, H) each
-            x = modulate(x, shift, scale)
+            x = modulate(x, at_rows(shift, output_index, L), at_rows(scale, output_index, L))
         if kv_cache is not None and update_cache:
             kv_cache.length = start + L
         return x
@@ -539,7 +581,8 @@ class DiT(nn.Module):
         """Training FLOPs per token (forward + backward): 6 * N + 12 * n_layers * hidden_size * seq_len.
 
         head_share: the share of positions at which the output projection runs (MDLM's method.head_at_masked:
-        the expected masked share, `MDLM.masked_share`); its weights count only that often.
+        the expected masked share, `MDLM.masked_share`); its weights count only that often, and so do those of
+        the last block that run there only (`output_modules`).
 
         The convention of PaLM (Chowdhery et al. 2022, appendix B), also nanoGPT's MFU estimate: 2 FLOPs
         per multiply-accumulate, x3 for forward + backward. N counts the parameters applied at every token:
@@ -551,9 +594,19 @@ class DiT(nn.Module):
         per_sequence = {id(p) for m in self._conditioning_modules() for p in m.parameters()}
         n = sum(p.numel() for p in self.parameters() if id(p) not in per_sequence)
         n -= self._lookup_parameters()
-        n -= (1 - head_share) * sum(p.numel() for p in self.output.parameters())
+        n -= (1 - head_share) * sum(p.numel() for m in self.output_modules() for p in m.parameters())
         cfg = self.config
         return round(6 * n + 12 * cfg.n_layers * cfg.hidden_size * seq_len)
+
+    def output_modules(self) -> list[nn.Module]:
+        """The Linears that run only at the selected positions of a forward with output_index: the output head
+        and, with `last_block_at_outputs`, the last block's MLP and (no convolution before that MLP) its
+        attention's output projection."""
+        if not self.blocks or not self.last_block_at_outputs:
+            return [self.output]
+        last = self.blocks[-1]
+        projection = [last.attn.out] if last.local_conv_mlp is None else []
+        return [self.output, *projection, last.mlp.fc, last.mlp.proj]
 
     # ------------------------------------------------------------------------------------------------
     # Internals

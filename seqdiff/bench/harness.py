@@ -73,6 +73,7 @@ from seqdiff.bench.models import (
     CACHED_SPEEDUP_TARGET,
     DEFAULT_OUT,
     FULL_HEAD_MODEL,
+    FULL_LAST_BLOCK_MODEL,
     OURS,
     PAIRS,
     SAMPLERS,
@@ -135,6 +136,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--full-head", action="store_true",
                    help="also time the MDLM with the output head at every position (method.head_at_masked=false), "
                    "side by side with the default that runs it at the masked positions only")
+    p.add_argument("--full-last-block", action="store_true",
+                   help="also time the MDLM with its last block's output projection and MLP at every position "
+                   "(DiT.last_block_at_outputs=false), side by side with the default that runs them at the masked "
+                   "positions only")
     p.add_argument("--unfused", action="store_true",
                    help="also time both seqdiff models with method.fused_loss=false (the head's logits, then the "
                    "cross-entropy), side by side with the default (fused from 4,096 ids on: use --vocab-size)")
@@ -184,7 +189,7 @@ def bench_training(shape: Shape, args: argparse.Namespace, device: torch.device,
                    log: Callable[[str], None]) -> dict[str, Any]:
     """Interleaved training rounds (+ the reference matmul as one more contender), then one profiled step each."""
     models, steps = {}, {}
-    names = train_models(shape.activation, args.full_head, args.unfused)
+    names = train_models(shape.activation, args.full_head, args.unfused, args.full_last_block)
     ours = [name for name in names if name in OURS]
     for i, name in enumerate(names):
         torch.manual_seed(args.seed + i)
@@ -254,6 +259,8 @@ def bench_training(shape: Shape, args: argparse.Namespace, device: torch.device,
                                   for pair, (a, b) in same_activation_pairs(shape.activation).items()},
         "ratio_head_at_masked": spread(per_round("seqdiff_bidirectional", FULL_HEAD_MODEL)) if args.full_head
         else None,
+        "ratio_last_block_at_outputs": spread(per_round("seqdiff_bidirectional", FULL_LAST_BLOCK_MODEL))
+        if args.full_last_block else None,
         "fused_loss": {name: method_of(name, shape).uses_fused_loss(models[name]) for name in ours},
         "ratio_fused_loss": {UNFUSED_MODELS[u]: spread(per_round(UNFUSED_MODELS[u], u)) for u in UNFUSED_MODELS}
         if args.unfused else None,
@@ -279,7 +286,7 @@ def bench_memory(shape: Shape, args: argparse.Namespace, device: torch.device) -
 
     run(TRAIN_MODELS[0])  # first-use allocations of the libraries are not any model's memory
     peak = {name: meter.measure(lambda name=name: run(name)) / 2**20
-            for name in train_models(shape.activation, args.full_head, args.unfused)}
+            for name in train_models(shape.activation, args.full_head, args.unfused, args.full_last_block)}
     return peak, meter.method
 
 
@@ -403,7 +410,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser, argv: list[st
                    "sample_repeats": args.sample_repeats, "sample_budget_s": args.sample_budget_s,
                    "sample_steps": shape.seq_len, "matmul_size": args.matmul_size, "seed": args.seed,
                    "compile": args.compile, "full_head": args.full_head,
-                   "unfused": args.unfused,
+                   "unfused": args.unfused, "full_last_block": args.full_last_block,
                    "optimizer": "AdamW fused (both sides) where torch has it"},
         "train_tokens_per_s": {name: s["median"] for name, s in train["tok_s"].items()},
         "train_tokens_per_s_spread": train["tok_s"],
@@ -412,6 +419,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser, argv: list[st
         "ratio_vs_hf_best_of_rounds": train["ratio_best"],
         "ratio_head_at_masked_vs_full_head": train["ratio_head_at_masked"],
         "ratio_fused_loss_vs_unfused": train["ratio_fused_loss"],
+        "ratio_last_block_at_outputs_vs_full_last_block": train["ratio_last_block_at_outputs"],
         "fused_loss": train["fused_loss"],
         "head_share": train["head_share"],
         "ratio_vs_hf_same_activation": {pair: s["median"] for pair, s in train["ratio_same_activation"].items()},

@@ -31,11 +31,15 @@ EXACT_GELU_PAIRS = {"bidirectional": ("seqdiff_bidirectional", "hf_bert"),
 FULL_HEAD_MODEL = "seqdiff_bidirectional_full_head"
 """--full-head: the bidirectional DiT once more, its MDLM loss with method.head_at_masked=false (the output head
 at every position), timed beside the default so that the head's saving is a ratio of one run."""
+FULL_LAST_BLOCK_MODEL = "seqdiff_bidirectional_full_last_block"
+"""--full-last-block: the bidirectional DiT once more, the same sparse-head MDLM loss, with
+DiT.last_block_at_outputs=false (its last block's output projection and MLP at every position, the positions
+selected after the final norm), timed beside the default so that the saving is a ratio of one run."""
 UNFUSED_MODELS = {"seqdiff_bidirectional_unfused": "seqdiff_bidirectional", "seqdiff_causal_unfused": "seqdiff_causal"}
 """--unfused: each seqdiff model once more with method.fused_loss=false (the head's (N, V) logits, then the
 cross-entropy), timed beside the default so that the fused loss's effect is a ratio of one run. At the default
 character vocabulary both take the plain path (method.fused_loss=null fuses from 4,096 ids on)."""
-OURS = (*SEQDIFF_MODELS, FULL_HEAD_MODEL, *UNFUSED_MODELS)
+OURS = (*SEQDIFF_MODELS, FULL_HEAD_MODEL, FULL_LAST_BLOCK_MODEL, *UNFUSED_MODELS)
 """Every seqdiff contender (built by seqdiff, trained with a seqdiff method, compiled by --compile)."""
 SAMPLERS = {"mdlm_uncached": "ancestral", "mdlm_cached": "cached", "ar_kv": "ar"}
 TRAIN_RATIO_TARGET = 1.0
@@ -43,12 +47,15 @@ CACHED_SPEEDUP_TARGET = 2.5
 DEFAULT_OUT = Path("reports") / "bench"
 
 
-def train_models(activation: str, full_head: bool = False, unfused: bool = False) -> tuple[str, ...]:
+def train_models(activation: str, full_head: bool = False, unfused: bool = False,
+                 full_last_block: bool = False) -> tuple[str, ...]:
     """The training contenders: TRAIN_MODELS, plus GPT-2 with the exact GELU when the DiT uses it, plus the MDLM
     with the output head at every position when `full_head` (--full-head), plus the seqdiff models without the
-    fused loss when `unfused` (--unfused)."""
+    fused loss when `unfused` (--unfused), plus the MDLM with its whole last block at every position when
+    `full_last_block` (--full-last-block)."""
     return (TRAIN_MODELS + (("hf_gpt2_gelu",) if activation == "gelu" else ())
-            + ((FULL_HEAD_MODEL,) if full_head else ()) + (tuple(UNFUSED_MODELS) if unfused else ()))
+            + ((FULL_HEAD_MODEL,) if full_head else ()) + (tuple(UNFUSED_MODELS) if unfused else ())
+            + ((FULL_LAST_BLOCK_MODEL,) if full_last_block else ()))
 
 
 def same_activation_pairs(activation: str) -> dict[str, tuple[str, str]]:
@@ -103,7 +110,9 @@ def build_model(name: str, shape: Shape) -> nn.Module:
     """One of train_models(), randomly initialized (call torch.manual_seed first for a fixed init)."""
     if name in OURS:
         causal = UNFUSED_MODELS.get(name, name) == "seqdiff_causal"
-        return build_backbone(shape.model_config(), shape.vocab_size, causal=causal)
+        backbone = build_backbone(shape.model_config(), shape.vocab_size, causal=causal)
+        backbone.last_block_at_outputs = name != FULL_LAST_BLOCK_MODEL
+        return backbone
     _hf_quiet()
     if name.startswith("hf_bert"):
         from transformers import BertConfig, BertForMaskedLM
@@ -125,7 +134,7 @@ def build_model(name: str, shape: Shape) -> nn.Module:
                          embd_pdrop=0.0, attn_pdrop=0.0, tie_word_embeddings=False,
                          bos_token_id=ids.bos_id, eos_token_id=ids.eos_id, attn_implementation="sdpa")
         return GPT2LMHeadModel(cfg)
-    every = train_models("gelu", full_head=True, unfused=True)
+    every = train_models("gelu", full_head=True, unfused=True, full_last_block=True)
     raise ValueError(f"unknown model {name!r}; choose one of {list(every)}")
 
 

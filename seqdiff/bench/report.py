@@ -36,7 +36,9 @@ GELU_NAMES = {"gelu_tanh": "tanh GELU", "gelu": "exact GELU"}
 def render_tables(result: dict[str, Any], train: dict[str, Any], sampling: dict[str, Any]) -> str:
     peak = result["peak_memory_mb"]
     activation = result["config"].get("activation", "gelu_tanh")  # bench.json files from before --activation
-    names = train_models(activation, result["config"].get("full_head", False), result["config"].get("unfused", False))
+    cfg = result["config"]
+    names = train_models(activation, cfg.get("full_head", False), cfg.get("unfused", False),
+                         cfg.get("full_last_block", False))
     lines = ["Training (forward + backward + AdamW), median [min–max] over rounds", "",
              "| model | params | tokens/s | peak MB | model FLOP/s ÷ matmul FLOP/s |",
              "| --- | ---: | ---: | ---: | ---: |"]
@@ -121,6 +123,13 @@ def explanation(result: dict[str, Any], train: dict[str, Any], sampling: dict[st
         lines.insert(1, f"- **Output head at the masked positions** (`method.head_at_masked`, on average "
                      f"{share:.0%} of them; model FLOPs count the head that often): MDLM tokens/s with it over "
                      f"MDLM with the head at every position, median of per-round ratios: {_ratio(head)}.")
+    last_block = result.get("ratio_last_block_at_outputs_vs_full_last_block")
+    if last_block:
+        share = result["head_share"]["seqdiff_bidirectional"]
+        lines.insert(1, f"- **Last block at the masked positions** (`DiT.last_block_at_outputs`: its output "
+                     f"projection and MLP where the head runs, on average {share:.0%} of the positions; model FLOPs "
+                     f"count them that often): MDLM tokens/s with it over MDLM with the whole last block at every "
+                     f"position, median of per-round ratios: {_ratio(last_block)}.")
     fused = result.get("ratio_fused_loss_vs_unfused")
     if fused:
         lines.insert(1, "- **Fused head and loss** (`method.fused_loss`, no (N, V) logits): tokens/s of each seqdiff "
