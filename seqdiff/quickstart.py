@@ -314,8 +314,9 @@ def _train_models(configs: dict[str, RunConfig], run_dirs: dict[str, Path], log_
                           file=sys.stderr)
                 task()
             if child.process.poll() is None:
-                print(f"[quickstart] {here} finished; waiting for {there} in the second process (its output: {log})",
-                      file=sys.stderr)
+                child.offer_threads(threads)  # nothing left here but waiting: the second process may take them all
+                print(f"[quickstart] {here} finished; waiting for {there} in the second process, which takes all "
+                      f"{threads} torch threads from its next step (its output: {log})", file=sys.stderr)
             status = child.wait()
         except BaseException as stop:  # Ctrl-C, SIGTERM or an error here: the other run stops with a checkpoint too
             signum = getattr(stop, "signum", signal.SIGINT if isinstance(stop, KeyboardInterrupt) else signal.SIGTERM)
@@ -331,7 +332,7 @@ def _train_models(configs: dict[str, RunConfig], run_dirs: dict[str, Path], log_
         finally:
             torch.set_num_threads(threads)
     child.check(status)
-    _record_training(log_dir, there, True, split[1])
+    _record_training(log_dir, there, True, split[1], child.took_threads())
     return _training_report(log_dir)
 
 

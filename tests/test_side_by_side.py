@@ -129,7 +129,9 @@ def test_sigterm_while_waiting_for_the_second_process_stops_it_and_names_its_che
         signal.signal(signal.SIGTERM, previous)
     assert (e.value.signum, e.value.step, e.value.run_dir) == (signal.SIGTERM, 20, run_dirs["ar"])
     err = capsys.readouterr().err
-    assert f"[quickstart] mdlm finished; waiting for ar in the second process (its output: {root / 'ar.log'})" in err
+    assert (f"[quickstart] mdlm finished; waiting for ar in the second process, which takes all 2 torch threads "
+            f"from its next step (its output: {root / 'ar.log'})") in err
+    assert (root / "ar.threads").read_text() == "2\n"  # the offer AR's process reads at its next step
     assert f"{run_dirs['ar']} (the second process) stopped after writing a checkpoint" in err
     assert torch.get_num_threads() == 2
     clock, watch = trained[0]  # MDLM's projection counts the 30 steps AR has to train beyond MDLM's 10
@@ -212,6 +214,67 @@ def test_the_run_left_takes_the_threads_of_the_second_process_once_it_has_ended(
     assert report == {"side_by_side": True, "threads": {"mdlm": 1, "ar": 1},
                       "more_threads": {"mdlm": {"threads": 2, "from_step": 1}}}
     assert ("(torch threads: MDLM 1, AR 1; MDLM took 2 from step 1, once the other had finished)"
+            in qs._training_sentence(report))
+
+
+def test_the_second_process_takes_the_threads_offered_once_this_one_only_waits(tmp_path, monkeypatch):
+    """The other way round: MDLM ended first and was scored, so this process only waits; AR's process (ThreadOffer
+    in it) takes every thread from its next step, once, and the report says from which."""
+    import seqdiff.quickstart as qs
+
+    fake_child(monkeypatch, 30)
+    log = tmp_path / "ar.log"
+    (tmp_path / "ar.threads_taken").write_text('{"threads": 9, "from_step": 1}')  # an earlier try's: not this one's
+    child = side_by_side.ChildRun(qs.QUICKSTART, tmp_path / "ar", resume=False, threads=1, log=log)
+    assert child.took_threads() is None
+    assert child.offer == tmp_path / "ar.threads"
+    offer = side_by_side.ThreadOffer(child.offer)  # what the child's run has among its callbacks
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        offer.on_train_batch_end(SimpleNamespace(global_step=4), None, None, None, 0)
+        assert torch.get_num_threads() == 1 and offer.took_threads_at is None  # MDLM still trains
+        child.offer_threads(2)
+        for step in (5, 6):
+            offer.on_train_batch_end(SimpleNamespace(global_step=step), None, None, None, 0)
+        assert torch.get_num_threads() == 2 and offer.took_threads_at == 5
+        assert child.took_threads() == (2, 5)
+    finally:
+        torch.set_num_threads(threads)
+        child.stop()
+        child.wait()
+    side_by_side.ThreadOffer(None).on_train_batch_end(SimpleNamespace(global_step=1), None, None, None, 0)  # a
+    # child started by an older parent, with no offer file: nothing to read
+
+    configs, run_dirs, root = quickstart_runs(tmp_path / "qs")
+    fake_child(monkeypatch, 5)  # AR trains on after MDLM ended: it takes this process's thread, at its step 7
+
+    def train_or_reuse(config, run_dir, *callbacks):
+        watch = next(c for c in callbacks if isinstance(c, side_by_side.ChildWatch))
+        taken = side_by_side.ThreadOffer(watch.child.offer)
+
+        def ar_step():  # as AR's process does at its step 7, a moment after the offer (here: another thread)
+            deadline = time.monotonic() + 4
+            while not watch.child.offer.is_file() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            taken.on_train_batch_end(SimpleNamespace(global_step=7), None, None, None, 0)
+
+        timers.append((threading.Thread(target=ar_step), taken))
+        timers[-1][0].start()
+        return "new"
+
+    timers = []
+    monkeypatch.setattr(qs, "_train_or_reuse", train_or_reuse)
+    torch.set_num_threads(2)
+    try:
+        report = qs._train_models(configs, run_dirs, root, sequential=False)
+        timers[0][0].join()
+    finally:
+        torch.set_num_threads(threads)
+    assert timers[0][1].took_threads_at == 7
+    assert report == {"side_by_side": True, "threads": {"mdlm": 1, "ar": 1},
+                      "more_threads": {"ar": {"threads": 2, "from_step": 7}}}
+    assert ("(torch threads: MDLM 1, AR 1; AR took 2 from step 7, once the other had finished)"
             in qs._training_sentence(report))
 
 

@@ -18,6 +18,10 @@ wait (pending) until it has installed its handlers, and a SIGTERM to this proces
 waiting for the child) raises `Stopped`, handled like Ctrl-C's KeyboardInterrupt. The child imports the same
 seqdiff as this process, not a `seqdiff/` folder that happens to be in the working directory.
 
+The two runs rarely end together. Whichever is left takes the other's threads: this process once the child has
+ended (ChildWatch), the child once this process has nothing left to do but wait for it (`ChildRun.offer_threads`
+writes a small file next to the child's log; the child's ThreadOffer reads it at its next step boundary).
+
 `seqdiff quickstart` starts the child before its own heavy imports, as a spare process that imports meanwhile
 (seqdiff.training.spare; ChildRun hands it the run); where there is none, or it has ended, a fresh one is started.
 """
@@ -38,6 +42,8 @@ import torch
 from lightning.pytorch import Callback
 
 from seqdiff.config import RunConfig, from_dict, to_dict
+from seqdiff.errors import SeqdiffError
+from seqdiff.safe_io import atomic_write_text
 from seqdiff.training.guards import RunError
 from seqdiff.training.quiet import quiet_third_party_noise
 from seqdiff.training.spare import STOP_SIGNALS, SpareProcess, block_signals, package_root
@@ -107,7 +113,10 @@ class ChildRun:
         self.run_dir, self.log = Path(run_dir), Path(log)
         self.log.parent.mkdir(parents=True, exist_ok=True)
         self.signalled = False
-        argv = self.arguments(config, run_dir, resume, threads)
+        self.offer = offer_file(self.log)
+        for stale in (self.offer, taken_file(self.offer)):  # an earlier try's: not this child's
+            stale.unlink(missing_ok=True)
+        argv = self.arguments(config, run_dir, resume, threads, self.offer)
         with open(self.log, "a") as out:  # appended: an earlier, interrupted try keeps its lines; the child holds
             # its own descriptor, ours closes here
             out.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')}: {'resuming' if resume else 'training'} "
@@ -118,7 +127,7 @@ class ChildRun:
                 return
             blocked = block_signals(STOP_SIGNALS)  # inherited by the child: EarlySignals unblocks them
             try:
-                self.process = subprocess.Popen(self.command(config, run_dir, resume, threads),
+                self.process = subprocess.Popen(self.command(config, run_dir, resume, threads, self.offer),
                                                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                                 start_new_session=True)
             finally:
@@ -126,15 +135,31 @@ class ChildRun:
                     signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
     @staticmethod
-    def arguments(config: RunConfig, run_dir: Path, resume: bool, threads: int) -> list[str]:
+    def arguments(config: RunConfig, run_dir: Path, resume: bool, threads: int, offer: Path) -> list[str]:
         """main()'s arguments for this run."""
-        return [json.dumps(to_dict(config)), str(run_dir), str(int(resume)), str(threads)]
+        return [json.dumps(to_dict(config)), str(run_dir), str(int(resume)), str(threads), str(offer)]
 
     @classmethod
-    def command(cls, config: RunConfig, run_dir: Path, resume: bool, threads: int) -> list[str]:
+    def command(cls, config: RunConfig, run_dir: Path, resume: bool, threads: int, offer: Path) -> list[str]:
         """A fresh process's command for this run."""
         return [sys.executable, "-c", CHILD.format(root=package_root()), *cls.arguments(config, run_dir, resume,
-                                                                                        threads)]
+                                                                                        threads, offer)]
+
+    def offer_threads(self, threads: int) -> None:
+        """Tell the child that it may train on `threads` torch threads from its next step on (this process only
+        waits for it now). Best effort: a file that cannot be written leaves the child on its share."""
+        try:
+            atomic_write_text(self.offer, f"{threads}\n")
+        except (OSError, SeqdiffError):
+            pass
+
+    def took_threads(self) -> tuple[int, int] | None:
+        """(threads, from step) where the child took the threads offered to it; None where it did not."""
+        try:
+            taken = json.loads(taken_file(self.offer).read_text())
+            return int(taken["threads"]), int(taken["from_step"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
 
     def stop(self, signum: int = signal.SIGTERM) -> None:
         """Ask the child to stop at its next step boundary (a second call stops it at once, unsaved)."""
@@ -221,6 +246,41 @@ class ChildWatch(Callback):
         (bar.print if bar is not None else print)(line, file=sys.stderr)
 
 
+def offer_file(log: Path) -> Path:
+    """Where this process offers the child its threads: next to the child's log (`ar.log` -> `ar.threads`)."""
+    return log.with_suffix(".threads")
+
+
+def taken_file(offer: Path) -> Path:
+    """Where the child says that it took them, and from which step (JSON)."""
+    return offer.with_suffix(".threads_taken")
+
+
+class ThreadOffer(Callback):
+    """In the child: once the parent offers its threads (`ChildRun.offer_threads`; it has only the waiting left),
+    train on them from the next step on, and say so for the parent's report. One stat of a small file a step."""
+
+    def __init__(self, offer: Path | None) -> None:
+        self.offer, self.took_threads_at = offer, None
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if self.offer is None or self.took_threads_at is not None or not self.offer.is_file():
+            return
+        try:
+            threads = int(self.offer.read_text())
+        except (OSError, ValueError):  # half-written cannot happen (renamed into place); unreadable: ignore it
+            return
+        self.took_threads_at = trainer.global_step
+        if threads <= torch.get_num_threads():
+            return
+        torch.set_num_threads(threads)
+        try:
+            atomic_write_text(taken_file(self.offer), json.dumps({"threads": threads,
+                                                                  "from_step": trainer.global_step}))
+        except (OSError, SeqdiffError):
+            pass
+
+
 class OrphanWatch(Callback):
     """In the child: stop as on SIGTERM (checkpoint, then exit) when the parent process is gone."""
 
@@ -254,18 +314,18 @@ class EarlySignals(Callback):
 
 def main(argv: list[str]) -> int:
     """The child: train one run; 0 when finished, INTERRUPTED after a signal's checkpoint, 1 on an error."""
-    from seqdiff.errors import SeqdiffError
     from seqdiff.training.guards import TrainingInterrupted
     from seqdiff.training.run import train
 
     early = EarlySignals()
-    config_json, run_dir, resume, threads = argv
+    config_json, run_dir, resume, threads, *offer = argv  # offer: where the parent offers its threads (ChildRun)
     quiet_third_party_noise()  # as `seqdiff` does, or they fill the log tail shown on a failure
     torch.set_num_threads(int(threads))
     torch.set_float32_matmul_precision("high")
     try:
         config = from_dict(RunConfig, json.loads(config_json))
-        train(config, run_dir, resume=bool(int(resume)), extra_callbacks=[OrphanWatch(), early])
+        train(config, run_dir, resume=bool(int(resume)),
+              extra_callbacks=[OrphanWatch(), early, ThreadOffer(Path(offer[0]) if offer else None)])
     except TrainingInterrupted as stop:
         print(f"seqdiff train: {stop}", file=sys.stderr)
         return INTERRUPTED
