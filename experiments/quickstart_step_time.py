@@ -39,17 +39,12 @@ VARIANTS: dict[str, dict] = {
 }
 
 
-def worker(variant: dict, method: str, steps: int, threads: int, task: str = "step") -> dict:
-    """One process: `steps` timed training steps of the quickstart recipe (with the variant's overrides), or
-    (task "eval") one timed evaluation of the test play as the quickstart scores it (untrained weights: the
-    work does not depend on them)."""
-    import contextlib
-    import resource
-
+def recipe_step(method: str, overrides: list[str], threads: int):
+    """(step, module, cfg, tokenizer): one training step of the quickstart recipe with `overrides` (loss, backward,
+    clipping, AdamW, EMA) on a fixed random batch, as a closure; the module, its config and its tokenizer."""
     import torch
 
     from seqdiff.config import RunConfig, apply_overrides, from_dict, to_dict
-    from seqdiff.host_memory import reuse_freed_memory
     from seqdiff.methods.base import Batch
     from seqdiff.optim import adamw_with_warmup, decay_groups, lr_multiplier
     from seqdiff.quickstart import QUICKSTART
@@ -58,7 +53,7 @@ def worker(variant: dict, method: str, steps: int, threads: int, task: str = "st
 
     torch.set_num_threads(threads)
     torch.manual_seed(0)
-    cfg = from_dict(RunConfig, apply_overrides(to_dict(QUICKSTART), [*variant["overrides"], f"method.name={method}"]))
+    cfg = from_dict(RunConfig, apply_overrides(to_dict(QUICKSTART), [*overrides, f"method.name={method}"]))
     tokenizer = build_tokenizer(cfg.data.tokenizer)
     module = SeqDiffModule(model=to_dict(cfg.model), method=to_dict(cfg.method), train=to_dict(cfg.train),
                            tokenizer=tokenizer.to_dict(), seq_len=cfg.data.seq_len)
@@ -77,6 +72,19 @@ def worker(variant: dict, method: str, steps: int, threads: int, task: str = "st
         optimizer.zero_grad()
         torch._foreach_lerp_(shadow, [p.detach() for p in params], 1 - cfg.train.ema_decay)
 
+    return step, module, cfg, tokenizer
+
+
+def worker(variant: dict, method: str, steps: int, threads: int, task: str = "step") -> dict:
+    """One process: `steps` timed training steps of the quickstart recipe (with the variant's overrides), or
+    (task "eval") one timed evaluation of the test play as the quickstart scores it (untrained weights: the
+    work does not depend on them)."""
+    import contextlib
+    import resource
+
+    from seqdiff.host_memory import reuse_freed_memory
+
+    step, module, cfg, tokenizer = recipe_step(method, variant["overrides"], threads)
     context = reuse_freed_memory() if variant["reuse_memory"] else contextlib.nullcontext(False)
     if task == "eval":
         return _eval_worker(module, cfg, tokenizer, context, method)

@@ -144,3 +144,18 @@ def test_experiment_reports_name_their_command_and_write_both_files(tmp_path, ca
     out = write_results(tmp_path / "r", {"x": 1}, "| t |\n")
     assert json.loads((out / "results.json").read_text()) == {"x": 1}
     assert (out / "table.md").read_text() == "| t |\n" and "| t |" in capsys.readouterr().out
+
+
+def test_the_last_block_timing_alternates_the_switch_and_reports_both_methods(tmp_path):
+    """experiments.last_block_time at 2 pairs: every pair has a step of each setting, both methods are in the
+    table under its command, and an unknown method is refused."""
+    from experiments import last_block_time
+
+    assert last_block_time.main(["--pairs", "2", "--methods", "mdlm,ar", "--out", str(tmp_path)]) == 0
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert [r["method"] for r in results["methods"]] == ["mdlm", "ar"]
+    assert all(len(r["off_s"]) == len(r["on_s"]) == 2 for r in results["methods"])
+    table = (tmp_path / "README.md").read_text()
+    assert results["command"] in table and "| mdlm |" in table and "| ar |" in table
+    with pytest.raises(SystemExit):
+        last_block_time.main(["--methods", "bert", "--out", str(tmp_path)])
