@@ -41,7 +41,8 @@ ESTIMATORS = [Estimator("uniform"), Estimator("antithetic"), Estimator("antithet
 """Each at B rows per forward: the two-mask estimators (independent or complementary) on B / 2 windows."""
 DEFAULT_OUT = Path("reports") / "variance"
 REGIMES = {"fixed_batch": "Fixed batch: only the noise (times, masks) redrawn",
-           "fresh_batch": "Fresh batch every draw: data and noise"}
+           "fresh_batch": "Fresh batch every draw: data and noise",
+           "batch_noise": "Fresh batches, the noise's variance within each: E_x Var(g | x)"}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -57,7 +58,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="disjoint groups of draws whose spread gives the standard errors")
     p.add_argument("--regimes", default="fixed_batch fresh_batch",
                    help="which regimes to measure, space- or comma-separated: fixed_batch (only the noise redrawn), "
-                        "fresh_batch (data and noise)")
+                        "fresh_batch (data and noise), batch_noise (the noise within fresh batches, --per-batch draws "
+                        "each)")
+    p.add_argument("--per-batch", type=int, default=10,
+                   help="batch_noise: draws of each fresh batch (the draws are --draws / this batches)")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     p.add_argument("--estimators", default="",
                    help="comma-separated labels of the estimators to measure, in the table's order (default: all); "
@@ -82,7 +86,10 @@ def render(result: dict) -> str:
              f"AdamW steps on the Shakespeare training split (final training loss {result['train_loss_final']:.3f} "
              f"nats/char), then fixed. Each draw: {result['config']['batch_size']} rows of "
              f"{result['config']['seq_len']} characters, one forward and backward; {result['config']['draws']} draws "
-             f"per estimator and regime.\n",
+             f"per estimator and regime"
+             + (f" (batch_noise: {result['config']['draws'] // result['config']['per_batch']} fresh batches, "
+                f"{result['config']['per_batch']} draws each)" if "batch_noise" in result["results"] else "")
+             + ".\n",
              "grad var = E ||g - E g||^2 (trace of the gradient covariance); abs(E g)^2 = squared norm of the mean "
              f"gradient; s.e. of a variance = spread over {groups} disjoint groups of draws / sqrt({groups}). "
              "mask_count estimates "
@@ -105,12 +112,36 @@ def render(result: dict) -> str:
                          f"{row['loss_var']:.2e} ± {row['loss_var_stderr']:.1e} | "
                          f"{row['grad_var']:.2e} ± {row['grad_var_stderr']:.1e} | {row['grad_norm2']:.2e} | "
                          f"{ratio['loss_var']:.2f} | {ratio['grad_var']:.2f}{spread} |")
+        if regime == "batch_noise" and "fresh_batch" in result["results"]:
+            lines += ["", data_part(result)]
         agree = result.get("mean_gradient_agreement", {}).get(regime)
         if agree:
             lines += ["", f"Mean gradient against `{result['baseline']}` on the same batches, "
                       "||g_bar - g_bar_base||^2 / ((grad var + grad var_base) / draws) (about 1 if they agree, far "
                       "above 1 if one is biased): " + ", ".join(f"{k} {v:.2f}" for k, v in agree.items())]
     return "\n".join(lines) + "\n"
+
+
+def data_part(result: dict) -> str:
+    """One paragraph: the data's part of the fresh-batch gradient variance, fresh_batch - batch_noise (law of total
+    variance), per estimator measured in both, and the ratio no estimator of a batch's loss can pass with fresh data:
+    the baseline's fresh_batch variance over that part."""
+    fresh = {row["label"]: row for row in result["results"]["fresh_batch"]}
+    parts = {}
+    for row in result["results"]["batch_noise"]:
+        if row["label"] in fresh:
+            f = fresh[row["label"]]
+            parts[row["label"]] = (f["grad_var"] - row["grad_var"],
+                                   (f["grad_var_stderr"] ** 2 + row["grad_var_stderr"] ** 2) ** 0.5)
+    if not parts:
+        return "No estimator was measured in both fresh_batch and batch_noise."
+    mean_part = sum(p for p, _ in parts.values()) / len(parts)
+    base = fresh[result["baseline"]]["grad_var"]
+    return ("The data's part of the fresh-batch gradient variance, Var_x E(g | x) = fresh_batch - batch_noise: "
+            + ", ".join(f"{label} {p:.2e} ± {e:.1e}" for label, (p, e) in parts.items())
+            + f" (each estimator gives its own reading of the same quantity). With fresh data no estimator of a "
+            f"batch's loss goes below it: `{result['baseline']}`'s fresh-batch variance over their mean, "
+            f"{base:.2e} / {mean_part:.2e} = **{base / mean_part:.2f}x**, is the largest ratio any can reach.")
 
 
 def ratio_stderr(base: dict, row: dict) -> float:
@@ -149,6 +180,10 @@ def main(argv: list[str] | None = None) -> int:
     regimes = chosen_regimes(args.regimes)
     if args.groups < 2 or args.draws < 2 * args.groups:
         raise SystemExit(f"--draws {args.draws} --groups {args.groups}: need at least 2 groups of at least 2 draws")
+    if "batch_noise" in regimes and (args.per_batch < 2 or args.draws % args.per_batch
+                                     or args.draws // args.per_batch < 2 * args.groups):
+        raise SystemExit(f"--draws {args.draws} --per-batch {args.per_batch} --groups {args.groups}: batch_noise needs "
+                         "--per-batch >= 2 dividing --draws, and at least 2 batches per group")
     if args.render:  # the tables from the numbers on disk (after a change of wording)
         result = json.loads((Path(args.out) / "results.json").read_text())
         _write_atomically(Path(args.out) / "table.md", render(result))
@@ -189,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     for regime in regimes:
         means: dict = {}
         stats = measure(factory, backbone, batch_at, estimators, args.draws, regime=regime, seed=args.seed,
-                        groups=args.groups, mean_gradients=means)
+                        groups=args.groups, mean_gradients=means, per_batch=args.per_batch)
         results[regime] = [s.to_dict() for s in stats]
         same_data = [s for s in stats if s.label == BASELINE or s.masks_per_sequence == 1 and not s.complementary]
         agreement[regime] = mean_gradient_agreement({s.label: means[s.label] for s in same_data}, same_data, BASELINE)

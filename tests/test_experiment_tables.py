@@ -62,6 +62,35 @@ def test_the_variance_run_refuses_unknown_regimes_and_too_few_draws_per_group(tm
     assert not any(tmp_path.iterdir())
 
 
+def test_the_data_part_of_the_variance_and_the_ratio_it_allows_against_worked_numbers(tmp_path):
+    """fresh_batch - batch_noise per estimator (law of total variance), and the baseline's fresh-batch variance over
+    their mean: antithetic 0.160 - 0.120 = 0.040, default 0.0857 - 0.0450 = 0.0407; 0.160 / 0.04035 = 3.97x."""
+    from experiments.estimator_variance import data_part, main, render
+
+    def row(label, var, se=0.001):
+        return {"label": label, "loss_mean": 1.0, "loss_mean_stderr": 0.01, "loss_var": 0.1, "loss_var_stderr": 0.01,
+                "grad_var": var, "grad_var_stderr": se, "grad_norm2": 0.5}
+
+    result = {"command": "python -m experiments.estimator_variance", "date": "d", "elapsed_s": 1.0, "torch": "t",
+              "threads": 1, "params": 10, "train_loss_final": 2.0, "baseline": "antithetic",
+              "config": {"preset": "cpu-tiny", "train_steps": 1, "batch_size": 16, "seq_len": 256, "draws": 600,
+                         "groups": 10, "per_batch": 10},
+              "results": {"fresh_batch": [row("antithetic", 0.160), row("mask_count inverse_sqrt", 0.0857)],
+                          "batch_noise": [row("antithetic", 0.120), row("mask_count inverse_sqrt", 0.0450)]},
+              "ratios": {regime: {"antithetic": {"loss_var": 1.0, "grad_var": 1.0},
+                                  "mask_count inverse_sqrt": {"loss_var": 1.0, "grad_var": 2.0}}
+                         for regime in ("fresh_batch", "batch_noise")}}
+    text = data_part(result)
+    assert "antithetic 4.00e-02 ± 1.4e-03" in text and "mask_count inverse_sqrt 4.07e-02" in text
+    assert "1.60e-01 / 4.04e-02 = **3.97x**" in text
+    table = render(result)
+    assert text in table and "(batch_noise: 60 fresh batches, 10 draws each)" in table
+    assert "Var_x E(g | x)" not in render({**result, "results": {"batch_noise": result["results"]["batch_noise"]}})
+    with pytest.raises(SystemExit, match="--per-batch 7"):  # refused before the model is trained
+        main(["--regimes", "batch_noise", "--draws", "600", "--per-batch", "7", "--out", str(tmp_path)])
+    assert not any(tmp_path.iterdir())
+
+
 def test_the_variance_run_measures_the_chosen_estimators_and_always_the_baseline():
     from experiments.estimator_variance import BASELINE, ESTIMATORS, chosen_estimators
 

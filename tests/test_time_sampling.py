@@ -159,6 +159,46 @@ def _exact_mask_count_nelbo(net, x0):
     return total
 
 
+def test_batch_noise_pools_the_variance_within_fresh_batches_by_brute_force():
+    """batch_noise: draws / per_batch fresh batches, each drawn per_batch times; loss and gradient variances are the
+    per-batch sample variances averaged (equal counts), i.e. E_x Var(g | x), the mean over every draw as usual."""
+    from seqdiff.data.blocks import step_generator
+
+    net = _Linear()
+    data = torch.randint(0, 3, (6, 5), generator=torch.Generator().manual_seed(4))
+
+    def batch_at(k, rows):
+        x = torch.roll(data, k, dims=0)
+        return x if rows is None else x[:rows]
+
+    def factory(sampling, **options):
+        return MDLM(MethodConfig(time_sampling=sampling, **options), TOK)
+
+    est = [Estimator("antithetic"), Estimator("mask_count", masks_per_sequence=2)]
+    draws, per_batch = 12, 3
+    stats = measure(factory, net, batch_at, est, draws, regime="batch_noise", seed=3, groups=2, per_batch=per_batch)
+    for e_index, (e, s) in enumerate(zip(est, stats)):
+        k = e.masks_per_sequence
+        losses, grads = [], []
+        for r in range(draws):
+            x = batch_at(1 + r // per_batch, 6 // k).repeat(k, 1)[torch.randperm(6, generator=step_generator(80, r))]
+            loss = factory(e.time_sampling).loss(net, Batch(x), step_generator(3 * 1_000 + e_index, r)).loss
+            gs = torch.autograd.grad(loss, list(net.parameters()))
+            losses.append(loss.item())
+            grads.append(torch.cat([g.reshape(-1) for g in gs]).double())
+        G = torch.stack(grads).view(draws // per_batch, per_batch, -1)  # (batches, per_batch, P)
+        L = torch.tensor(losses, dtype=torch.float64).view(draws // per_batch, per_batch)
+        assert s.regime == "batch_noise" and s.draws == draws
+        assert s.grad_var == pytest.approx(G.var(1).sum(-1).mean().item(), rel=1e-6)
+        assert s.loss_var == pytest.approx(L.var(1).mean().item(), rel=1e-9)
+        assert s.loss_mean == pytest.approx(L.mean().item(), rel=1e-12)
+        assert s.grad_norm2 == pytest.approx(G.view(draws, -1).mean(0).square().sum().item(), rel=1e-9)
+        assert s.grad_var_stderr > 0
+    for draws_, per_batch_ in ((12, 5), (12, 1), (6, 3)):  # not dividing, one draw a batch, one batch a group
+        with pytest.raises(ValueError, match="batch_noise"):
+            measure(factory, net, batch_at, est, draws_, regime="batch_noise", groups=2, per_batch=per_batch_)
+
+
 def test_mask_count_is_the_time_integral_without_truncation():
     """sum_k (1/k) E[.|k] equals the enumerated time integral up to its O(t_min + eps) truncation."""
     L = 3

@@ -13,6 +13,11 @@ Two regimes, both at the same cost per draw (B rows, one forward and backward):
   time sampler controls.
 - `fresh_batch`: a new batch of windows every draw as well: the whole gradient noise SGD sees, where the
   data's own variance is added to the sampler's.
+- `batch_noise`: fresh batches, each drawn `per_batch` times with fresh noise; the variance is pooled within the
+  batches (sum over batches of sum_r ||g_r - g_bar_b||^2 over sum of (per_batch - 1)): the sampler's variance
+  averaged over the data, E_x Var(g | x). By the law of total variance fresh_batch = Var_x E(g | x) + this, so the
+  difference of the two is the data's part, which no estimator of a batch's loss can remove: fresh_batch of the
+  baseline over that part bounds the ratio any estimator can reach with fresh data.
 
 `masks_per_sequence = k`: B / k distinct windows, each repeated k times (tiled, so the copies of a sequence fall
 in strata B / k apart) and masked independently; at fixed data this can only add variance per row, but with
@@ -108,9 +113,12 @@ def _variances(losses: Tensor, g_sum: Tensor, g2_sum: float, n: int) -> tuple[fl
     return float(losses.var()), (g2_sum - n * float(g_bar.square().sum())) / (n - 1)
 
 
+REGIMES = ("fixed_batch", "fresh_batch", "batch_noise")
+
+
 def measure(method_factory, backbone: nn.Module, batch_at, estimators: list[Estimator], draws: int,
             regime: str = "fixed_batch", seed: int = 0, groups: int = 5,
-            mean_gradients: dict[str, Tensor] | None = None) -> list[EstimatorStats]:
+            mean_gradients: dict[str, Tensor] | None = None, per_batch: int = 10) -> list[EstimatorStats]:
     """Statistics of each estimator over `draws` draws at the backbone's current weights.
 
     method_factory(time_sampling, **est.method_options) -> Method; batch_at(k, rows) -> (rows, L) token ids, the
@@ -121,11 +129,16 @@ def measure(method_factory, backbone: nn.Module, batch_at, estimators: list[Esti
     The variances' standard errors come from the spread of the estimates over `groups` disjoint groups of draws
     (the losses are heavy-tailed near t = 0, so a variance needs many draws). `mean_gradients`, if given, receives
     each estimator's mean gradient (label -> (P,) float64), for `mean_gradient_agreement`.
+    batch_noise: draw r uses batch_at(1 + r // per_batch, B / d), and the variances are pooled within those batches
+    (`measure_batch_noise`); its groups are whole batches.
     """
-    if regime not in ("fixed_batch", "fresh_batch"):
-        raise ValueError(f"regime={regime!r}; choose fixed_batch or fresh_batch")
+    if regime not in REGIMES:
+        raise ValueError(f"regime={regime!r}; choose one of {list(REGIMES)}")
     if draws < 2 * groups or groups < 2:
         raise ValueError(f"draws={draws}, groups={groups}: need groups >= 2 and at least 2 draws per group")
+    if regime == "batch_noise":
+        return measure_batch_noise(method_factory, backbone, batch_at, estimators, draws, seed, groups,
+                                   mean_gradients, per_batch)
     params = [p for p in backbone.parameters() if p.requires_grad]
     full = batch_at(0, None)  # (B, L)
     B = full.shape[0]
@@ -166,6 +179,58 @@ def measure(method_factory, backbone: nn.Module, batch_at, estimators: list[Esti
                                   loss_var=loss_var, loss_var_stderr=float(stderr[0]), grad_var=grad_var,
                                   grad_var_stderr=float(stderr[1]), grad_norm2=float((g_sum / draws).square().sum()),
                                   complementary=est.complementary))
+    return out
+
+
+def measure_batch_noise(method_factory, backbone: nn.Module, batch_at, estimators: list[Estimator], draws: int,
+                        seed: int, groups: int, mean_gradients: dict[str, Tensor] | None,
+                        per_batch: int) -> list[EstimatorStats]:
+    """The `batch_noise` regime of `measure`: draws / per_batch fresh batches, each drawn per_batch times with fresh
+    noise; loss_var and grad_var are the variances pooled within the batches, their standard errors the spread over
+    `groups` groups of whole batches (batch b in group b mod groups)."""
+    batches = draws // per_batch if per_batch >= 2 else 0
+    if per_batch < 2 or draws % per_batch or batches < 2 * groups:
+        raise ValueError(f"batch_noise: draws={draws}, per_batch={per_batch}, groups={groups}: need per_batch >= 2 "
+                         "dividing draws, and at least 2 batches per group")
+    params = [p for p in backbone.parameters() if p.requires_grad]
+    B = batch_at(0, None).shape[0]
+    out = []
+    for e_index, est in enumerate(estimators):
+        d = est.windows_divisor
+        if B % d != 0:
+            raise ValueError(f"{est.label}: {d} rows per window do not divide the batch of {B} rows")
+        method: Method = method_factory(est.time_sampling, **est.method_options)
+        within = torch.zeros(groups, 2, dtype=torch.float64)  # per group: loss and gradient sums of squares
+        dof = torch.zeros(groups, dtype=torch.float64)
+        losses, g_total = [], None
+        for b in range(batches):
+            x_b = batch_at(1 + b, B // d).repeat(est.masks_per_sequence, 1)  # (B, L), as in fresh_batch
+            batch_losses, g_sum, g2_sum = [], None, 0.0
+            for i in range(per_batch):
+                r = b * per_batch + i
+                x = x_b[torch.randperm(x_b.shape[0], generator=step_generator(seed + 77, r))]
+                loss = method.loss(backbone, Batch(x), step_generator(seed * 1_000 + e_index, r)).loss
+                g = _grad_vector(loss, params)  # (P,) float64
+                batch_losses.append(loss.item())
+                g_sum = g if g_sum is None else g_sum + g
+                g2_sum += float(g.square().sum())
+            losses += batch_losses
+            g_total = g_sum if g_total is None else g_total + g_sum
+            loss_var, grad_var = _variances(torch.tensor(batch_losses, dtype=torch.float64), g_sum, g2_sum, per_batch)
+            within[b % groups] += torch.tensor([loss_var, grad_var], dtype=torch.float64) * (per_batch - 1)
+            dof[b % groups] += per_batch - 1
+        if mean_gradients is not None:
+            mean_gradients[est.label] = g_total / draws
+        pooled = within.sum(0) / dof.sum()  # (2,)
+        stderr = (within / dof[:, None]).std(0) / math.sqrt(groups)  # (2,)
+        all_losses = torch.tensor(losses, dtype=torch.float64)
+        out.append(EstimatorStats(label=est.label, time_sampling=est.time_sampling,
+                                  masks_per_sequence=est.masks_per_sequence, regime="batch_noise", draws=draws,
+                                  loss_mean=float(all_losses.mean()),
+                                  loss_mean_stderr=float(all_losses.std() / math.sqrt(draws)),
+                                  loss_var=float(pooled[0]), loss_var_stderr=float(stderr[0]),
+                                  grad_var=float(pooled[1]), grad_var_stderr=float(stderr[1]),
+                                  grad_norm2=float((g_total / draws).square().sum()), complementary=est.complementary))
     return out
 
 
