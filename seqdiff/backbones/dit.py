@@ -44,6 +44,10 @@ Design choices and the papers behind them
   `torch.nn.attention.flex_attention` imports, the compiled flex kernel with a block mask (it skips the
   128 x 128 tiles that cross documents, so the cost falls with the documents' length); otherwise SDPA
   with the explicit mask (the same additive float mask as `attn_mask`).
+- Outputs at selected positions (`output_index`, MDLM's masked positions): the output head runs there only, and
+  so does the last block after its attention (`last_block_at_outputs`): keys and values need every position, but
+  nothing after the last attention mixes positions (except a convolution before the MLP, which is formed
+  everywhere and selected after), so the output projection and MLP of the other positions would be discarded.
 - Initialization: N(0, 0.02) for Linear and Embedding weights, zero biases, zero adaLN modulation.
 """
 

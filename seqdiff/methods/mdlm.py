@@ -41,7 +41,8 @@
   logits (seqdiff.backbones.linear_cross_entropy); the same loss and gradients to float rounding (tested).
 - `method.head_at_masked` (on by default): with SUBS only masked positions carry loss, so the backbone is asked
   for the logits of those positions only (`output_index`); the loss is the same sum, and at GPT-2's vocabulary
-  the output head and its softmax, a large share of the step, run on about half the positions.
+  the output head and its softmax, a large share of the step, run on about half the positions (a third under the
+  default mask-count law); the DiT also runs its last block's MLP only there (`DiT.last_block_at_outputs`).
 - Time conditioning is optional and off by default (the SUBS model is time-agnostic; the cached sampler
   relies on it).
 - Ablation `method.subs: false` (the MDLM paper's "w/o SUBS" ablation row): the D3PM-style x0-parameterization
