@@ -333,6 +333,7 @@ def _train_models(configs: dict[str, RunConfig], run_dirs: dict[str, Path], log_
             torch.set_num_threads(threads)
     child.check(status)
     _record_training(log_dir, there, True, split[1], child.took_threads())
+    child.clear_offer()
     return _training_report(log_dir)
 
 

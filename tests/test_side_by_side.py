@@ -272,6 +272,7 @@ def test_the_second_process_takes_the_threads_offered_once_this_one_only_waits(t
     finally:
         torch.set_num_threads(threads)
     assert timers[0][1].took_threads_at == 7
+    assert not (root / "ar.threads").exists() and not (root / "ar.threads_taken").exists()  # recorded, then removed
     assert report == {"side_by_side": True, "threads": {"mdlm": 1, "ar": 1},
                       "more_threads": {"ar": {"threads": 2, "from_step": 7}}}
     assert ("(torch threads: MDLM 1, AR 1; AR took 2 from step 7, once the other had finished)"

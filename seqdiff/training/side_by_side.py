@@ -114,8 +114,7 @@ class ChildRun:
         self.log.parent.mkdir(parents=True, exist_ok=True)
         self.signalled = False
         self.offer = offer_file(self.log)
-        for stale in (self.offer, taken_file(self.offer)):  # an earlier try's: not this child's
-            stale.unlink(missing_ok=True)
+        self.clear_offer()  # an earlier try's: not this child's
         argv = self.arguments(config, run_dir, resume, threads, self.offer)
         with open(self.log, "a") as out:  # appended: an earlier, interrupted try keeps its lines; the child holds
             # its own descriptor, ours closes here
@@ -152,6 +151,12 @@ class ChildRun:
             atomic_write_text(self.offer, f"{threads}\n")
         except (OSError, SeqdiffError):
             pass
+
+    def clear_offer(self) -> None:
+        """Remove the offer and the child's answer (once the answer is recorded elsewhere): nothing stale is left
+        next to the log."""
+        for path in (self.offer, taken_file(self.offer)):
+            path.unlink(missing_ok=True)
 
     def took_threads(self) -> tuple[int, int] | None:
         """(threads, from step) where the child took the threads offered to it; None where it did not."""
