@@ -100,9 +100,8 @@ class _Linear(nn.Module):
         return self.emb[input_ids] @ self.out
 
 
-def test_measure_matches_brute_force_statistics():
-    """measure()'s running sums give the sample variance of the loss and the trace of the gradient covariance."""
-    net = _Linear()
+def _linear_setup():
+    """(the _Linear net, batch_at(k, rows): 6 rows of 5 tokens rolled by k, an MDLM factory) for `measure`."""
     data = torch.randint(0, 3, (6, 5), generator=torch.Generator().manual_seed(4))
 
     def batch_at(k, rows):
@@ -111,6 +110,13 @@ def test_measure_matches_brute_force_statistics():
 
     def factory(sampling, **options):
         return MDLM(MethodConfig(time_sampling=sampling, **options), TOK)
+
+    return _Linear(), batch_at, factory
+
+
+def test_measure_matches_brute_force_statistics():
+    """measure()'s running sums give the sample variance of the loss and the trace of the gradient covariance."""
+    net, batch_at, factory = _linear_setup()
 
     draws = 10
     for regime in ("fixed_batch", "fresh_batch"):
@@ -164,15 +170,7 @@ def test_batch_noise_pools_the_variance_within_fresh_batches_by_brute_force():
     per-batch sample variances averaged (equal counts), i.e. E_x Var(g | x), the mean over every draw as usual."""
     from seqdiff.data.blocks import step_generator
 
-    net = _Linear()
-    data = torch.randint(0, 3, (6, 5), generator=torch.Generator().manual_seed(4))
-
-    def batch_at(k, rows):
-        x = torch.roll(data, k, dims=0)
-        return x if rows is None else x[:rows]
-
-    def factory(sampling, **options):
-        return MDLM(MethodConfig(time_sampling=sampling, **options), TOK)
+    net, batch_at, factory = _linear_setup()
 
     est = [Estimator("antithetic"), Estimator("mask_count", masks_per_sequence=2)]
     draws, per_batch = 12, 3

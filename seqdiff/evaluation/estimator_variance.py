@@ -107,6 +107,16 @@ def _grad_vector(loss: Tensor, params: list[nn.Parameter]) -> Tensor:
     return torch.cat([(torch.zeros_like(p) if g is None else g).reshape(-1).double() for g, p in zip(grads, params)])
 
 
+def _draw(method: Method, backbone: nn.Module, x: Tensor, params: list[nn.Parameter], seed: int, e_index: int,
+          r: int) -> tuple[float, Tensor]:
+    """Draw r of estimator e_index on the rows x (B, L): (loss, gradient (P,) float64). The rows are put in a random
+    order first, the same for every estimator at draw r, as a data loader would (a stratified sampler ties row i
+    to stratum i, which is unbiased only over the order of the rows)."""
+    x = x[torch.randperm(x.shape[0], generator=step_generator(seed + 77, r))]
+    loss = method.loss(backbone, Batch(x), step_generator(seed * 1_000 + e_index, r)).loss
+    return loss.item(), _grad_vector(loss, params)
+
+
 def _variances(losses: Tensor, g_sum: Tensor, g2_sum: float, n: int) -> tuple[float, float]:
     """(sample variance of the losses, trace of the gradient covariance) from running sums over n draws."""
     g_bar = g_sum / n
@@ -158,11 +168,9 @@ def measure(method_factory, backbone: nn.Module, batch_at, estimators: list[Esti
             else:
                 x = batch_at(1 + r, B // d)  # (B / d, L): the same windows for every estimator at draw r
             x = x.repeat(k, 1)  # (B / d * k, L): copy j of window i at row j * B / k + i
-            x = x[torch.randperm(x.shape[0], generator=step_generator(seed + 77, r))]  # a data loader's order
-            loss = method.loss(backbone, Batch(x), step_generator(seed * 1_000 + e_index, r)).loss
-            g = _grad_vector(loss, params)  # (P,) float64
+            loss, g = _draw(method, backbone, x, params, seed, e_index, r)
             j = r % groups
-            losses[j].append(loss.item())
+            losses[j].append(loss)
             g_sums[j] = g if g_sums[j] is None else g_sums[j] + g
             g2_sums[j] += float(g.square().sum())
         all_losses = torch.tensor([v for group in losses for v in group], dtype=torch.float64)
@@ -207,11 +215,8 @@ def measure_batch_noise(method_factory, backbone: nn.Module, batch_at, estimator
             x_b = batch_at(1 + b, B // d).repeat(est.masks_per_sequence, 1)  # (B, L), as in fresh_batch
             batch_losses, g_sum, g2_sum = [], None, 0.0
             for i in range(per_batch):
-                r = b * per_batch + i
-                x = x_b[torch.randperm(x_b.shape[0], generator=step_generator(seed + 77, r))]
-                loss = method.loss(backbone, Batch(x), step_generator(seed * 1_000 + e_index, r)).loss
-                g = _grad_vector(loss, params)  # (P,) float64
-                batch_losses.append(loss.item())
+                loss, g = _draw(method, backbone, x_b, params, seed, e_index, b * per_batch + i)
+                batch_losses.append(loss)
                 g_sum = g if g_sum is None else g_sum + g
                 g2_sum += float(g.square().sum())
             losses += batch_losses
