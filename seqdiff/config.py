@@ -84,6 +84,11 @@ class ModelConfig:
     """dit, with kmer_sizes: width of the k-mer tables (projected to hidden_size by a zero-initialized Linear)."""
 
     def __post_init__(self) -> None:
+        for key in ("hidden_size", "n_layers", "n_heads", "mlp_ratio", "cond_dim", "max_seq_len"):
+            if getattr(self, key) < 1:
+                raise ConfigError(f"model.{key} must be >= 1, got {getattr(self, key)}")
+        if not 0 <= self.dropout < 1:
+            raise ConfigError(f"model.dropout is a probability and must lie in [0, 1), got {self.dropout}")
         if self.hidden_size % self.n_heads != 0:
             raise ConfigError(
                 f"model.hidden_size={self.hidden_size} is not divisible by model.n_heads={self.n_heads}"
@@ -317,6 +322,10 @@ class DataConfig:
         if self.kind == "fasta" and self.fasta.block_size < self.seq_len:
             raise ConfigError(f"data.fasta.block_size={self.fasta.block_size} is smaller than data.seq_len="
                               f"{self.seq_len}: a window of seq_len bases must fit inside one split block")
+        if self.kind != "fasta" and (self.fasta.path or self.fasta.bed):
+            key = "path" if self.fasta.path else "bed"
+            raise ConfigError(f"data.fasta.{key} is set but data.kind={self.kind}, which does not read it: to train on "
+                              "a FASTA set data.kind=fasta and data.tokenizer=nucleotide, or drop data.fasta.*")
         if self.kind != "text" and self.text.block_mode == "packed":
             raise ConfigError(f"data.text.block_mode=packed packs text documents: it needs data.kind=text, got "
                               f"data.kind={self.kind} (its windows have no documents to pack)")
@@ -437,6 +446,14 @@ class TrainConfig:
         if not 0 <= self.freeze_backbone_steps <= self.max_steps:
             raise ConfigError(f"train.freeze_backbone_steps must lie in [0, train.max_steps={self.max_steps}], got "
                               f"{self.freeze_backbone_steps}")
+        if (not isinstance(self.betas, (list, tuple)) or len(self.betas) != 2
+                or not all(isinstance(b, (int, float)) and 0 <= b < 1 for b in self.betas)):
+            raise ConfigError(f"train.betas must be two numbers in [0, 1) (AdamW's beta1, beta2), got {self.betas}")
+        if not 0 <= self.seed < 2 ** 32:
+            raise ConfigError(f"train.seed must lie in [0, 2^32), got {self.seed}")
+        if not _devices_ok(self.devices):
+            raise ConfigError(f"train.devices must be auto, a number of devices >= 1, -1 (all), or device indices "
+                              f"such as '0,1', got {self.devices!r}")
         if self.micro_batch_size < 0:
             raise ConfigError(f"train.micro_batch_size must be >= 0 (0: no split), got {self.micro_batch_size}")
         if not (math.isfinite(self.lr) and self.lr >= 0):
@@ -456,6 +473,21 @@ class TrainConfig:
             raise ConfigError(f"train.backbone_lr_scale must be a finite number > 0, got {self.backbone_lr_scale} (to "
                               f"keep the backbone fixed for the whole run, set "
                               f"train.freeze_backbone_steps=train.max_steps)")
+
+
+def _devices_ok(devices: int | str) -> bool:
+    """What Lightning takes for `devices`: auto, a count >= 1, -1 for all, or comma-separated device indices."""
+    if isinstance(devices, bool):
+        return False
+    if isinstance(devices, int):
+        return devices >= 1 or devices == -1
+    text = str(devices).strip()
+    if text == "auto" or text == "-1":
+        return True
+    if "," in text:  # device indices, e.g. "0,1" or "0,"
+        indices = [p.strip() for p in text.split(",") if p.strip()]
+        return bool(indices) and all(p.isdigit() for p in indices)
+    return text.isdigit() and int(text) >= 1
 
 
 @dataclass

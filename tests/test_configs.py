@@ -51,10 +51,40 @@ def test_preset_fills_and_explicit_keys_win():
                                   r"train.freeze_backbone_steps=train.max_steps"),
     ("train.backbone_lr_scale=-0.1", "train.backbone_lr_scale must be a finite number > 0"),
     ("train.backbone_lr_scale=.inf", "train.backbone_lr_scale must be a finite number, got inf"),
+    # sizes that no model has (they trained, or crashed deep inside torch, before these checks)
+    ("model.hidden_size=0", r"model.hidden_size must be >= 1, got 0"),
+    ("model.n_layers=0", r"model.n_layers must be >= 1, got 0"),
+    ("model.n_heads=0", r"model.n_heads must be >= 1, got 0"),
+    ("model.mlp_ratio=0", r"model.mlp_ratio must be >= 1, got 0"),
+    ("model.cond_dim=0", r"model.cond_dim must be >= 1, got 0"),
+    ("model.max_seq_len=0", r"model.max_seq_len must be >= 1, got 0"),
+    ("model.dropout=1.5", r"model.dropout is a probability and must lie in \[0, 1\), got 1.5"),
+    ("model.dropout=-0.1", r"model.dropout is a probability .* got -0.1"),
+    ("model.dropout=1", r"model.dropout is a probability .* got 1"),
+    ("train.betas=[0.9]", r"train.betas must be two numbers in \[0, 1\) \(AdamW's beta1, beta2\), got \[0.9\]"),
+    ("train.betas=[0.9,1.5]", r"train.betas must be two numbers .* got \[0.9, 1.5\]"),
+    ("train.betas=[0.9,0.99,0.999]", r"train.betas must be two numbers"),
+    ("train.seed=-1", r"train.seed must lie in \[0, 2\^32\), got -1"),
+    ("train.seed=4294967296", r"train.seed must lie in \[0, 2\^32\)"),
+    ("train.devices=abc", r"train.devices must be auto, a number of devices >= 1, -1 \(all\), .* got 'abc'"),
+    ("train.devices=0", r"train.devices must be auto"),
+    ("train.devices=-2", r"train.devices must be auto"),
+    ("data.fasta.path=ref.fa", r"data.fasta.path is set but data.kind=text, which does not read it: .*data.kind=fasta"),
+    ("data.fasta=ref.fa", r"data.fasta.path is set but data.kind=text"),  # the old flat spelling
+    ("data.fasta.bed=splits.bed", r"data.fasta.bed is set but data.kind=text"),
 ])
 def test_bad_overrides_name_the_key(override, message):
     with pytest.raises(ConfigError, match=message):
         load_run_config(None, [override])
+
+
+@pytest.mark.parametrize("override, value", [
+    ("train.devices=auto", "auto"), ("train.devices=2", 2), ("train.devices=-1", -1), ("train.devices=0,1", "0,1"),
+    ("train.devices=0,", "0,"), ("train.betas=[0.0,0.5]", [0.0, 0.5]), ("train.seed=4294967295", 4294967295),
+])
+def test_edge_values_that_lightning_and_torch_take_are_accepted(override, value):
+    key = override.split("=")[0].split(".")[1]
+    assert getattr(load_run_config(None, [override]).train, key) == value
 
 
 def test_lp_ft_options_accept_their_bounds():
