@@ -81,8 +81,17 @@ def resolve_checkpoint_path(path: str | Path) -> Path:
             if (path / "config.yaml").is_file():  # a run that has not reached its first checkpoint
                 raise CheckpointError(f"{path} is a seqdiff run with no checkpoint yet (the first is written at "
                                       f"train.checkpoint_every, or when training ends or is stopped)")
-            raise CheckpointError(f"{path} is a directory without {LAST_CHECKPOINT}: not a seqdiff run directory "
-                                  f"(nor a model exported by `seqdiff export`: no {EXPORT_CONFIG} + {EXPORT_WEIGHTS})")
+            ckpts = [path / LAST_CHECKPOINT.name] if (path / LAST_CHECKPOINT.name).is_file() else []
+            ckpts = ckpts or step_checkpoints(path)
+            if ckpts:  # the checkpoints/ folder of a run, given for the run
+                run = path.parent if path.name == LAST_CHECKPOINT.parent.name else None
+                which = f"the run directory {run}" if run is not None else "the run directory"
+                raise CheckpointError(f"{path} is a folder of checkpoints, not a run directory: give {which} or "
+                                      f"one checkpoint file in it, e.g. {ckpts[0]}")
+            raise CheckpointError(f"{path} is a directory, but not a seqdiff run directory (no "
+                                  f"{path / LAST_CHECKPOINT}) nor a model exported by `seqdiff export` (no "
+                                  f"{path / EXPORT_CONFIG} + {EXPORT_WEIGHTS}); expected a .ckpt file, a run "
+                                  f"directory or an exported directory")
         return candidate
     if not path.is_file():
         raise CheckpointError(f"checkpoint {path} does not exist")
@@ -103,10 +112,7 @@ def latest_readable_checkpoint(last: str | Path) -> tuple[Path, dict[str, Any]]:
     try:
         return last, read_checkpoint(last)
     except CheckpointError as e:
-        if not last.exists():
-            error = f"{last} does not exist"
-        else:
-            error = str(e).splitlines()[0][:300]
+        error = f"{last} does not exist" if not last.exists() else str(e).splitlines()[0]
     skipped = []
     for candidate in step_checkpoints(last.parent):
         if candidate == last:
@@ -119,7 +125,8 @@ def latest_readable_checkpoint(last: str | Path) -> tuple[Path, dict[str, Any]]:
         also = f" (also unreadable: {', '.join(skipped)})" if skipped else ""
         _notify(f"{error}; falling back to {candidate} (step {ckpt.get('global_step', '?')}){also}")
         return candidate, ckpt
-    tried = f"; step checkpoints tried: {', '.join(skipped)}" if skipped else "; no step*.ckpt beside it"
+    tried = (f"; step checkpoints tried, unreadable too: {', '.join(skipped)}" if skipped else
+             "; no step*.ckpt beside it to fall back to")
     raise CheckpointError(f"{error}{tried}")
 
 
@@ -136,8 +143,7 @@ def load_plain(path: Path, what: str) -> Any:
         names = sorted(set(re.findall(r"GLOBAL ([\w.]+)", str(e))))  # the classes the safe loader refused
         if not names:  # not a pickle it could read at all: garbage, a truncated file
             cause = re.search(r"WeightsUnpickler error:\s*(.+)", str(e))  # torch's own reason, after its advice
-            raise CheckpointError(f"{what} {path} cannot be read (truncated or not a torch file)"
-                                  + (f": {cause.group(1).strip()}" if cause else "")) from e
+            raise CheckpointError(unreadable_message(what, path, cause.group(1) if cause else "")) from e
         if any(name.startswith("omegaconf") for name in names):
             raise CheckpointError(f"{what} {path} is a checkpoint of another code base (it holds {names[0]}, as "
                                   f"the MDLM reference's do); convert its weights with `python -m "
@@ -147,7 +153,19 @@ def load_plain(path: Path, what: str) -> Any:
                               f"seqdiff reads only files it wrote (loading those objects would run code from the "
                               f"file)") from e
     except Exception as e:  # torch raises many types for a truncated or foreign file
-        raise CheckpointError(f"{what} {path} cannot be read (truncated or not a torch file): {e}") from e
+        raise CheckpointError(unreadable_message(what, path, str(e))) from e
+
+
+def unreadable_message(what: str, path: Path, cause: str) -> str:
+    """One whole line for a file torch cannot load: the file, its size, and the first sentence of torch's reason
+    (the rest of torch's text is advice about torch.load, not about the file)."""
+    try:
+        size = f"{Path(path).stat().st_size:,} bytes"
+    except OSError:
+        size = "size unknown"
+    first = re.split(r"(?<=[.!?])\s", " ".join(cause.split()), maxsplit=1)[0].rstrip(".") if cause.strip() else ""
+    reason = f"; torch: {first}" if first else ""
+    return f"{what} {path} cannot be read: it is truncated or not a torch file ({size}{reason})"
 
 
 def read_checkpoint(path: Path) -> dict[str, Any]:

@@ -116,12 +116,18 @@ def cmd_train(args: argparse.Namespace) -> int:
     from seqdiff.config import load_run_config
     from seqdiff.training.run import TrainingInterrupted, train
 
-    saved = Path(args.run_dir) / "config.yaml" if args.resume and args.run_dir and not args.config else None
-    if saved is not None and saved.is_file():  # --resume --run-dir RUN: the recipe the run was started with
+    if args.run_dir is not None and not args.run_dir.strip():
+        raise ConfigError("--run-dir is empty: name the run's folder, or leave --run-dir out for runs/<name> "
+                          "(name from the recipe)")
+    run_dir = Path(args.run_dir) if args.run_dir is not None else None
+    if run_dir is None and args.resume and not args.config:  # the folder a plain `seqdiff train` wrote
+        run_dir = _default_run_dir(args.overrides)
+    saved = run_dir / "config.yaml" if args.resume and run_dir is not None and not args.config else None
+    if saved is not None and saved.is_file():  # --resume without --config: the recipe the run was started with
         config = load_run_config(str(saved), args.overrides)
     else:
         config = load_run_config(args.config, args.overrides)
-    run_dir = Path(args.run_dir or Path("runs") / config.name)
+    run_dir = run_dir or Path("runs") / config.name
     try:
         result = train(config, run_dir, resume=args.resume)
     except TrainingInterrupted as stop:
@@ -133,6 +139,16 @@ def cmd_train(args: argparse.Namespace) -> int:
         return stop.exit_status
     print(f"checkpoint: {result.checkpoint}")
     return 0
+
+
+def _default_run_dir(overrides: list[str]) -> Path | None:
+    """runs/<name> of a recipe given by overrides alone (the built-in defaults' `name` unless `name=` is among
+    them), found before the recipe is typed: `train --resume` without --config and --run-dir then reads the
+    run's saved config.yaml, as with --run-dir. None when the name is not a plain string (typing refuses it)."""
+    from seqdiff.config import apply_overrides
+
+    name = apply_overrides({}, overrides).get("name", RunConfig().name)
+    return Path("runs") / name if isinstance(name, str) and name.strip() else None
 
 
 # ---------------------------------------------------------------------------------------------- eval
@@ -359,7 +375,8 @@ def cmd_sample(args: argparse.Namespace) -> int:
     length = o.length or seq_len
     given = None
     if o.prompt is not None:
-        given = given_from_prompt(model.tokenizer, o.prompt, length or model.seq_len)
+        given = given_from_prompt(model.tokenizer, o.prompt, length or model.seq_len,
+                                  what=_spelled(args, "prompt"))
     elif infill is not None:
         if o.infill_file is not None:  # DNA: FASTA-like, lines joined; text: the file less its final newline
             infill = ("".join(line.strip() for line in infill.splitlines() if not line.startswith(">"))
@@ -367,7 +384,9 @@ def cmd_sample(args: argparse.Namespace) -> int:
         if model.method.causal:
             raise SamplerError(f"--infill needs a diffusion model; this {model.method.name!r} model takes a "
                                "--prompt (prefix) only")
-        given = given_from_infill(model.tokenizer, infill, length, intervals)
+        what = (f"{_spelled(args, 'infill_file')} {o.infill_file}" if o.infill_file is not None else
+                _spelled(args, "infill"))
+        given = given_from_infill(model.tokenizer, infill, length, intervals, what=what)
     if given is not None:
         length = given.shape[-1]
     context = model.model_config.max_seq_len
@@ -421,6 +440,15 @@ def cmd_sample(args: argparse.Namespace) -> int:
         print("sampler: " + ", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
                                       for k, v in gen.stats.items()), file=sys.stderr)
     return 0
+
+
+def _spelled(args: argparse.Namespace, key: str) -> str:
+    """How the user named sample option `key`: `sample.KEY` when given as an override, else its flag."""
+    from seqdiff.options import flag_names
+
+    overrides = [text.split("=", 1)[0].strip() for text in getattr(args, "overrides", None) or []]
+    return f"sample.{key}" if f"sample.{key}" in overrides else (flag_names(SampleOptions)[key] or
+                                                                 [f"sample.{key}"])[0]
 
 
 def _read_reference(path: str) -> str:

@@ -46,9 +46,11 @@ def placeholder_char(tokenizer: Tokenizer) -> str:
     return "N" if tokenizer.unit == "base" else "_"
 
 
-def encode_strict(tokenizer: Tokenizer, text: str) -> list[int]:
+def encode_strict(tokenizer: Tokenizer, text: str, what: str | None = None, quote: bool = True) -> list[int]:
     """Token ids of `text`; for character / base tokenizers every character must be in the alphabet (a
-    prompt is not silently normalized: `!` is refused, not turned into a space; case is free)."""
+    prompt is not silently normalized: `!` is refused, not turned into a space; case is free). `what` names the
+    text in an error (`--prompt`); `quote`: the error may show `text` as the model's normalization reads it."""
+    where = f"{what}: " if what else ""
     if tokenizer.unit is not None:
         def known(c: str) -> bool:
             try:
@@ -58,17 +60,34 @@ def encode_strict(tokenizer: Tokenizer, text: str) -> list[int]:
 
         bad = sorted({c for c in text if not known(c)})
         if bad:
-            raise SamplerError(f"characters outside the tokenizer's alphabet: {''.join(bad)!r} "
-                               f"(alphabet: {''.join(tokenizer.symbols)!r})")
+            raise SamplerError(f"{where}characters outside the tokenizer's alphabet: {''.join(bad)!r} "
+                               f"(alphabet: {''.join(tokenizer.symbols)!r})"
+                               f"{_normalized_hint(tokenizer, text, what, quote)}")
     try:
         return [int(i) for i in tokenizer.encode(text)]
     except TokenizerError as e:
-        raise SamplerError(str(e)) from e
+        raise SamplerError(f"{where}{e}") from e
 
 
-def given_from_prompt(tokenizer: Tokenizer, prompt: str, length: int) -> torch.Tensor:
-    """(length,) conditioning: the prompt's ids first, -1 after them."""
-    ids = encode_strict(tokenizer, prompt)
+def _normalized_hint(tokenizer: Tokenizer, text: str, what: str | None, quote: bool) -> str:
+    """For a normalizing tokenizer (text8): the rule training and eval apply to text and sampling does not apply
+    to its input, with `text` as that rule would make it (when short enough to quote)."""
+    if not tokenizer.normalizes_away:
+        return ""
+    seen = None
+    if quote:
+        try:
+            seen = tokenizer.decode(tokenizer.encode(text))
+        except TokenizerError:
+            pass
+    example = f", e.g. {seen!r} as the model saw such text in training" if seen and len(seen) <= 80 else ""
+    return (f"; training and eval normalize text (lowercase, each run of other characters one space), sampling takes "
+            f"{what or 'its input'} as written: write it in the alphabet{example}")
+
+
+def given_from_prompt(tokenizer: Tokenizer, prompt: str, length: int, what: str | None = None) -> torch.Tensor:
+    """(length,) conditioning: the prompt's ids first, -1 after them; `what` names the prompt in an error."""
+    ids = encode_strict(tokenizer, prompt, what)
     if len(ids) > length:
         raise SamplerError(f"the prompt is {len(ids)} tokens long, longer than the sample length {length}")
     given = torch.full((length,), -1, dtype=torch.long)
@@ -92,7 +111,7 @@ def parse_intervals(spec: str) -> list[tuple[int, int]]:
 
 
 def given_from_infill(tokenizer: Tokenizer, text: str, length: int | None = None,
-                      intervals: list[tuple[int, int]] | None = None) -> torch.Tensor:
+                      intervals: list[tuple[int, int]] | None = None, what: str | None = None) -> torch.Tensor:
     """Conditioning from text whose masked positions are `placeholder_char` (one per masked token) and, with
     `intervals` ((start, end) token positions, end exclusive), every position inside them. Its length is the
     text's; a longer `length` leaves the tail free too."""
@@ -104,11 +123,11 @@ def given_from_infill(tokenizer: Tokenizer, text: str, length: int | None = None
             segment += c
             continue
         if segment:
-            ids.extend(encode_strict(tokenizer, segment))
+            ids.extend(encode_strict(tokenizer, segment, what, quote=False))
             segment = ""
         ids.append(-1)
     if segment:
-        ids.extend(encode_strict(tokenizer, segment))
+        ids.extend(encode_strict(tokenizer, segment, what, quote=False))
     length = len(ids) if length is None else length
     if len(ids) > length:
         raise SamplerError(f"the infill text is {len(ids)} tokens long, longer than the sample length {length}")

@@ -11,6 +11,7 @@ as its default.
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -104,6 +105,17 @@ def _short(tokenizer: dict[str, Any]) -> str:
     return "{" + ", ".join(f"{k}: {tokenizer[k]!r}" for k in keys if k in tokenizer) + "}"
 
 
+def _same_file(old: Any, new: Any) -> bool:
+    """Whether two spellings of a data path name one existing file or folder from the current directory
+    (`my.txt`, `./my.txt`, its absolute path): nothing moved, so nothing to announce."""
+    if not (isinstance(old, str) and isinstance(new, str) and old and new):
+        return False
+    try:
+        return Path(old).exists() and Path(new).exists() and os.path.samefile(old, new)
+    except OSError:
+        return False
+
+
 def check_resume(ckpt: dict[str, Any], ckpt_path: Path, config: RunConfig, tokenizer: dict[str, Any]) -> int:
     """Refuse a changed recipe or a max_steps at or below the checkpoint's step; returns the checkpoint's step.
 
@@ -119,7 +131,8 @@ def check_resume(ckpt: dict[str, Any], ckpt_path: Path, config: RunConfig, token
         raise RunError(f"--resume: {ckpt_path} was trained with another recipe ({listed}); resume with the "
                        f"checkpoint's values, or start a new --run-dir (keys that may change on resume: "
                        f"{', '.join(RESUMABLE_KEYS)})")
-    moved = [f"{k}={new!r} (was {old!r})" for k, (old, new) in changes.items() if k in DATA_LOCATION_KEYS]
+    moved = [f"{k}={new!r} (was {old!r})" for k, (old, new) in changes.items()
+             if k in DATA_LOCATION_KEYS and not _same_file(old, new)]
     if moved:
         print(f"seqdiff: resuming with {', '.join(moved)}: it must be the same data", file=sys.stderr)
     if config.train.max_steps < step:

@@ -353,6 +353,7 @@ def train(config: RunConfig, run_dir: str | Path, resume: bool = False,
     method = check_trainable(config, tokenizer)  # e.g. bd3lm: method.block_size | data.seq_len; packing
     clip_search = clip_search_callback(config.method, method, seed=tcfg.seed)  # bd3lm's var_min search
     data = build_data_module(config.data, tokenizer, seed=tcfg.seed)
+    check_relative_data_files(config, run_dir, resume)  # a relative path that names nothing from here
     data.check_files()  # fail on bad data before anything is written
     data.check_windows(("train", "valid"))  # a split too short, or too N-rich, for one window
 
@@ -390,6 +391,8 @@ def train(config: RunConfig, run_dir: str | Path, resume: bool = False,
             print(f"seqdiff: {len(loaded['loaded'])} weights loaded from {config.model.init_from}{fresh}",
                   file=sys.stderr)
 
+    if rank_zero_only.rank == 0 and (resume_step or 0) < tcfg.max_steps:  # steps to train
+        warn_long_warmup(tcfg)
     guard = SignalGuard()
     clock = TrainingClock(run_dir)  # started on process 0 only: the others never record
     checkpointer = StepCheckpoint(dirpath=run_dir / "checkpoints", filename="step{step}", save_last=True,
@@ -475,6 +478,52 @@ def train(config: RunConfig, run_dir: str | Path, resume: bool = False,
     if checkpointer.interrupted_at is not None:
         raise TrainingInterrupted(guard.signum or signal.SIGTERM, checkpointer.interrupted_at, last, run_dir)
     return TrainResult(run_dir=run_dir, checkpoint=last, module=module, trainer=trainer)
+
+
+DATA_FILE_KEYS = ("train_file", "valid_file", "test_file")
+"""The data.* keys of data.kind=text that name a file (checked by `check_relative_data_files`)."""
+
+
+def check_relative_data_files(config: RunConfig, run_dir: Path, resume: bool) -> None:
+    """Refuse, in one line, a relative data.*_file that names no file from the current directory, saying that it
+    is read from there (not from where the run was started, nor from the run directory) and, on --resume, that
+    the file may be given again with data.KEY=PATH (a resumable key), with a PATH found from the run directory's
+    parents when there is one. Absolute paths and other problems are left to the data module's own messages."""
+    if config.data.kind != "text":
+        return
+    missing = [(key, value) for key in DATA_FILE_KEYS
+               if (value := getattr(config.data, key)) and not Path(value).is_absolute() and not Path(value).exists()]
+    if not missing:
+        return
+    named = ", ".join(f"data.{key}={value}" for key, value in missing)
+    message = (f"{named}: no such file{'s' if len(missing) > 1 else ''}; a relative path is read from the current "
+               f"directory ({Path.cwd()})")
+    if resume:
+        again = " ".join(f"data.{key}={_found_from(run_dir, value) or '<path>'}" for key, value in missing)
+        message = (f"--resume: {message}, not from the directory the run was started in; give the file again on "
+                   f"resume: {again}")
+    raise RunError(message)
+
+
+def _found_from(run_dir: Path, relative: str) -> str | None:
+    """`relative` as seen from the current directory when it lies under a parent of the run directory (where a
+    run in runs/NAME was most likely started), else None."""
+    for folder in Path(run_dir).resolve().parents:
+        candidate = folder / relative
+        if candidate.is_file():
+            return os.path.relpath(candidate)
+    return None
+
+
+def warn_long_warmup(tcfg: TrainConfig) -> None:
+    """One line on stderr when train.warmup_steps exceeds train.max_steps: the learning rate is still rising when
+    training stops. Not an error: a resume may raise train.max_steps past the warm-up."""
+    if tcfg.warmup_steps > tcfg.max_steps:
+        share = tcfg.max_steps / tcfg.warmup_steps
+        print(f"seqdiff: warning: train.warmup_steps={tcfg.warmup_steps} exceeds train.max_steps={tcfg.max_steps}: "
+              f"the learning rate warms up linearly over {tcfg.warmup_steps} steps and reaches only {share:.0%} of "
+              f"train.lr={tcfg.lr:g} by the last step; lower train.warmup_steps, or raise train.max_steps (now or "
+              f"on --resume)", file=sys.stderr, flush=True)
 
 
 def check_accelerator(accelerator: str) -> None:
