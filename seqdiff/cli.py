@@ -348,9 +348,10 @@ def cmd_sample(args: argparse.Namespace) -> int:
         if infill is not None:
             raise SamplerError("give --infill or --infill-file, not both")
         try:
-            infill = Path(o.infill_file).read_text()
+            infill_bytes = Path(o.infill_file).read_bytes()  # read as the model's alphabet asks, once it is loaded
         except OSError as e:
             raise SamplerError(f"cannot read --infill-file {o.infill_file}: {e}") from e
+        infill = ""
     intervals = None
     if o.infill_intervals is not None:
         from seqdiff.evaluation.generate import parse_intervals
@@ -378,9 +379,15 @@ def cmd_sample(args: argparse.Namespace) -> int:
         given = given_from_prompt(model.tokenizer, o.prompt, length or model.seq_len,
                                   what=_spelled(args, "prompt"))
     elif infill is not None:
-        if o.infill_file is not None:  # DNA: FASTA-like, lines joined; text: the file less its final newline
-            infill = ("".join(line.strip() for line in infill.splitlines() if not line.startswith(">"))
-                      if model.tokenizer.unit == "base" else infill.rstrip("\n"))
+        if o.infill_file is not None and model.tokenizer.unit == "base":  # DNA: checked like every FASTA
+            from seqdiff.data.genome import read_sequence_file  # (N allowed), or plain lines of bases
+
+            infill = read_sequence_file(o.infill_file)
+        elif o.infill_file is not None:  # text: the file less its final newline
+            try:
+                infill = infill_bytes.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n").rstrip("\n")
+            except UnicodeDecodeError as e:
+                raise SamplerError(f"--infill-file {o.infill_file} is not UTF-8 text ({e})") from e
         if model.method.causal:
             raise SamplerError(f"--infill needs a diffusion model; this {model.method.name!r} model takes a "
                                "--prompt (prefix) only")

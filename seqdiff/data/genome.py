@@ -1,6 +1,9 @@
 """Reference genomes for DNA language models: FASTA access, interval splits, training and evaluation windows.
 
 Design choices
+- Every FASTA a command reads (train, score, eval, sample) first passes `check_fasta`, one streamed pass that
+  refuses a malformed file in one line naming the file and the problem (empty header, duplicate names, a
+  character that is no nucleotide, every base N, ...) before pyfaidx indexes it or anything is written.
 - pyfaidx reads plain and bgzip-compressed FASTA by random access (.fai, plus .gzi for bgzip). Missing
   indexes are built beside the file; present ones are checked against it (modification time, and the
   record boundaries the .fai claims) and rebuilt when stale. In a folder this user cannot write, a right
@@ -30,13 +33,15 @@ from __future__ import annotations
 
 import bisect
 import gzip
+import heapq
+import json
 import logging
 import math
 import os
 import re
 import struct
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -348,9 +353,11 @@ def indexable_copy(path: Path, reason: str) -> Path:
 
 
 def open_fasta(path: str | Path) -> FastaHandle:
-    """Open (and index when needed) a plain or bgzip FASTA; refuses truncated files and bad indexes. A plain
-    gzip file, or a FASTA whose lines vary in length, is read through an indexable copy (`indexable_copy`)."""
+    """Open (and index when needed) a plain or bgzip FASTA that passes `check_fasta`; refuses truncated files and
+    bad indexes. A plain gzip file, or a FASTA whose lines vary in length, is read through an indexable copy
+    (`indexable_copy`)."""
     path = expand_data_path(path)  # recipes may say ~/... or $SEQDIFF_DATA/... (set or not)
+    check_fasta(path)  # before pyfaidx writes an index or a copy is made
     try:
         return _open_indexed(path)
     except PlainGzip:
@@ -533,37 +540,239 @@ def _first_iupac(raw: np.ndarray) -> int:
     return int(np.flatnonzero(_IUPAC[raw])[0])
 
 
-def _read_fasta_bytes(path: Path) -> bytes:
-    if not path.is_file():
-        raise GenomeError(f"FASTA file {path} " + ("is a directory" if path.is_dir() else "does not exist"))
+# ---------------------------------------------------------------------------------------------- checking
+_TOKENS = NucleotideTokenizer()
+_BASE_BYTES = bytes(np.flatnonzero(_TOKENS.lookup_table >= 0).tolist())  # A C G T N, IUPAC codes, either case
+_N_BYTES = bytes(np.flatnonzero(_TOKENS.lookup_table == _TOKENS.n_id).tolist())  # N and IUPAC codes: not scored
+_LINE_SPACE = b" \t\r\n"  # dropped from sequence lines (CRLF, trailing spaces)
+_FASTA_BLOCK = 1 << 22
+_CHECKED: dict[str, FastaSummary] = {}  # _file_key -> summary: a file this process has checked
+
+
+@dataclass(frozen=True)
+class FastaSummary:
+    """What `check_fasta` found: bases per record (file order) and how many of all bases are not N."""
+
+    path: Path
+    lengths: dict[str, int]
+    scored: int  # bases that are neither N nor an IUPAC code (read as N)
+
+    @property
+    def names(self) -> list[str]:
+        return list(self.lengths)
+
+
+def _fasta_blocks(path: Path) -> Iterable[bytes]:
+    """The decompressed bytes of a plain / gzip / bgzip file in blocks of about 4 MB, each ending at a line end."""
+    opener = open if compression(path) == "plain" else gzip.open
+    pending: list[bytes] = []  # a line longer than a block (a chromosome on one line)
     try:
-        if compression(path) == "plain":
-            return path.read_bytes()
-        with gzip.open(path, "rb") as f:
-            return f.read()
+        with opener(path, "rb") as f:
+            while chunk := f.read(_FASTA_BLOCK):
+                cut = chunk.rfind(b"\n") + 1
+                if cut == 0:
+                    pending.append(chunk)
+                    continue
+                yield b"".join([*pending, chunk[:cut]])
+                pending = [chunk[cut:]]
     except EOFError as e:
-        raise GenomeError(f"{path} is truncated: the compressed stream ends early ({e})") from e
+        raise GenomeError(f"{path} is truncated: the compressed file ends early ({e})") from e
     except (OSError, zlib.error) as e:
         raise GenomeError(f"{path}: the compressed file is damaged ({e})") from e
+    if any(pending):
+        yield b"".join(pending)
 
 
-def read_fasta_records(path: str | Path) -> list[tuple[str, bytes]]:
-    """(name, sequence bytes without line breaks) for every record of a plain / gzip / bgzip FASTA."""
-    path = Path(path)
-    data = _read_fasta_bytes(path)
-    body = data.lstrip()
-    while body.startswith(b";"):  # old-style comment lines before the first record
-        body = body.split(b"\n", 1)[1].lstrip() if b"\n" in body else b""
-    if not body.startswith(b">"):
-        raise GenomeError(f"{path}: not a FASTA file (it must start with a '>' header line)")
-    records = []
-    for chunk in re.split(rb"(?:^|\n)>", body)[1:]:
-        header, _, seq = chunk.partition(b"\n")
-        fields = header.decode("latin-1").split()
+def _marked_lines(data: bytes) -> Iterator[int]:
+    """Where each header ('>') or comment (';') line of `data` (a block of whole lines) starts, in order. A '>' or
+    ';' inside a line is not one: the sequence check refuses it by position. (Two memchr scans: a regex over every
+    line start is 100x slower.)"""
+
+    def starts(mark: bytes) -> Iterator[int]:
+        i = data.find(mark)
+        while i >= 0:
+            if i == 0 or data[i - 1] == ord("\n"):
+                yield i
+            i = data.find(mark, i + 1)
+
+    return heapq.merge(starts(b">"), starts(b";"))
+
+
+class _FastaScan:
+    """One pass over a FASTA file's lines: the checks of `check_fasta`, and each record's bases when `keep`."""
+
+    def __init__(self, path: Path, keep: bool):
+        self.path, self.keep = path, keep
+        self.lengths: dict[str, int] = {}
+        self.number: dict[str, int] = {}  # record name -> its number (1-based)
+        self.records: list[tuple[str, bytes]] = []
+        self.name: str | None = None  # the current record
+        self.parts: list[bytes] = []
+        self.bases = self.scored = self.n_bad = 0
+        self.first_bad: tuple[int, int] | None = None  # (1-based position in the record, byte)
+
+    def block(self, data: bytes, line: int) -> int:
+        """Scan a block that starts at line `line` (1-based); returns the line number after it."""
+        if not data.isascii():
+            where = _first_non_ascii(self.path) or "a byte is not ASCII"
+            raise GenomeError(f"{self.path}: {where}; a FASTA file holds ASCII text")
+        pos = 0
+        for start in _marked_lines(data):
+            self.sequence(data[pos:start])
+            line += data.count(b"\n", pos, start)
+            end = data.find(b"\n", start)
+            end = len(data) if end < 0 else end
+            if data[start] == ord(">"):
+                self.header(data[start:end], line)
+            pos = end
+        self.sequence(data[pos:])
+        return line + data.count(b"\n", pos)
+
+    def header(self, text: bytes, line: int) -> None:
+        self.end_record()
+        fields = text[1:].decode("ascii").split()
+        count = len(self.number) + 1
         if not fields:
-            raise GenomeError(f"{path}: record {len(records) + 1} has an empty header line")
-        records.append((fields[0], seq.translate(None, b"\r\n")))
+            raise GenomeError(f"{self.path}: record {count} has an empty header line (line {line:,}); a record starts "
+                              f"with '>NAME'")
+        name = fields[0]
+        if name in self.number:
+            raise GenomeError(f"{self.path}: record names are not unique: {name!r} names records "
+                              f"{self.number[name]} and {count}")
+        self.number[name], self.name, self.bases = count, name, 0
+
+    def sequence(self, text: bytes) -> None:
+        seq = text.translate(None, _LINE_SPACE)
+        if not seq:
+            return
+        if self.name is None:
+            raise GenomeError(f"{self.path}: not a FASTA file (it must start with a '>' header line)")
+        bad = seq.translate(None, _BASE_BYTES)
+        if bad:
+            self.n_bad += len(bad)
+            if self.first_bad is None:
+                self.first_bad = (self.bases + seq.index(bad[:1]) + 1, bad[0])
+        self.scored += len(seq.translate(None, _N_BYTES))
+        self.bases += len(seq)
+        if self.keep:
+            self.parts.append(seq)
+
+    def end_record(self) -> None:
+        if self.name is None:
+            return
+        if self.first_bad is not None:
+            position, byte = self.first_bad
+            raise GenomeError(f"{self.path}: record {self.name}, position {position:,}: character {chr(byte)!r} is not "
+                              f"a nucleotide or IUPAC code ({self.n_bad:,} such characters in this record)")
+        self.lengths[self.name] = self.bases
+        if self.keep:
+            self.records.append((self.name, b"".join(self.parts)))
+            self.parts = []
+        self.name = None
+
+    def finish(self) -> FastaSummary:
+        self.end_record()
+        if not self.number:
+            raise GenomeError(f"{self.path}: not a FASTA file (it must start with a '>' header line)")
+        if not any(self.lengths.values()):
+            raise GenomeError(f"{self.path} holds no sequence: its records are empty")
+        return FastaSummary(self.path, self.lengths, self.scored)
+
+
+def _scan_fasta(path: str | Path, keep: bool) -> tuple[FastaSummary, list[tuple[str, bytes]]]:
+    path = Path(path)
+    if not path.is_file():
+        raise GenomeError(f"FASTA file {path} " + ("is a directory" if path.is_dir() else "does not exist"))
+    scan, line = _FastaScan(path, keep), 1
+    for data in _fasta_blocks(path):
+        line = scan.block(data, line)
+    summary = scan.finish()
+    _CHECKED[_file_key(path)] = summary
+    return summary, scan.records
+
+
+def _require_scored(summary: FastaSummary, all_n_ok: bool) -> None:
+    if not all_n_ok and summary.scored == 0:
+        raise GenomeError(f"{summary.path}: every base is N (IUPAC codes are read as N); the file holds no sequence "
+                          f"to train on or score")
+
+
+def check_fasta(path: str | Path, all_n_ok: bool = False) -> FastaSummary:
+    """The one check of a user's FASTA (plain / gzip / bgzip), shared by every command that reads one (train's
+    data.fasta.path and score --fasta through `open_fasta`; eval --data, sample --reference and --infill-file
+    through `read_fasta_records`), run before any index, copy or run directory is written. Refused, in one line
+    naming the file: a missing file, a truncated or damaged compressed one, a byte that is not ASCII (line and
+    column), text before the first '>' header, an empty header line, a record name used twice, a character that
+    is not a nucleotide or IUPAC code (record and position; a gap '-' too), no bases at all, and (unless
+    `all_n_ok`) every base N. Accepted: lowercase (soft-masked) bases, N and IUPAC codes, CRLF line ends, lines
+    of any length, blank lines, spaces at line ends, ';' comment lines and descriptions after the name.
+
+    One streamed pass (blocks of 4 MB, ~100 MB/s); the result is remembered per file version (path, size,
+    modification time) for the rest of the process, and for a large file (a genome) under the data directory
+    (`fasta-checked/`), so that the next command skips the pass."""
+    path = Path(path)
+    summary = (_CHECKED.get(_file_key(path)) or _read_check_stamp(path)) if path.is_file() else None
+    if summary is None:
+        summary = _scan_fasta(path, keep=False)[0]
+        _write_check_stamp(summary)
+    _require_scored(summary, all_n_ok)
+    return summary
+
+
+_STAMP_MIN_BYTES = 1 << 26
+"""A FASTA file of at least this many bytes on disk keeps the summary of its check under the data directory."""
+
+
+def _check_stamp(path: Path) -> Path:
+    from seqdiff.sources import data_dir
+
+    return data_dir() / "fasta-checked" / f"{path.name}-{_file_key(path)}.json"
+
+
+def _read_check_stamp(path: Path) -> FastaSummary | None:
+    if path.stat().st_size < _STAMP_MIN_BYTES:
+        return None
+    try:
+        saved = json.loads(_check_stamp(path).read_text())
+        summary = FastaSummary(path, {str(k): int(v) for k, v in saved["lengths"].items()}, int(saved["scored"]))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    _CHECKED[_file_key(path)] = summary
+    return summary
+
+
+def _write_check_stamp(summary: FastaSummary) -> None:
+    if summary.path.stat().st_size < _STAMP_MIN_BYTES:
+        return
+    text = json.dumps({"path": str(summary.path.resolve()), "lengths": summary.lengths, "scored": summary.scored})
+    try:
+        atomic_write(_check_stamp(summary.path), lambda f: f.write(text.encode()), "FASTA check summary")
+    except (OSError, SeqdiffError) as e:  # a read-only data directory: the next command checks the file again
+        log.info("%s: the summary of its check is not kept (%s)", summary.path, e)
+
+
+def read_fasta_records(path: str | Path, all_n_ok: bool = False) -> list[tuple[str, bytes]]:
+    """(name, sequence bytes without line breaks or spaces) for every record of a plain / gzip / bgzip FASTA,
+    read and checked in the same pass as `check_fasta` checks it."""
+    summary, records = _scan_fasta(path, keep=True)
+    _require_scored(summary, all_n_ok)
     return records
+
+
+def read_sequence_file(path: str | Path) -> str:
+    """The bases of a DNA sequence file a user gives on the command line (`sample --infill-file`): a FASTA
+    (anything with a '>' or ';' line, or compressed), checked by `check_fasta` with N allowed everywhere (N
+    marks a position to fill), its records joined in file order; or plain lines of bases, joined."""
+    path = Path(path)
+    if not path.is_file():
+        raise GenomeError(f"FASTA file {path} " + ("is a directory" if path.is_dir() else "does not exist"))
+    with open(path, "rb") as f:
+        data = f.read()
+    if compression(path) != "plain" or next(_marked_lines(data), -1) >= 0:
+        return "".join(seq.decode("ascii") for _, seq in read_fasta_records(path, all_n_ok=True))
+    if not data.isascii():
+        raise GenomeError(f"{path}: {_first_non_ascii(path)}; a sequence file holds ASCII text")
+    return "".join(line.strip() for line in data.decode("ascii").splitlines())
 
 
 def fasta_tokens(path: str | Path, tokenizer: NucleotideTokenizer,
@@ -576,10 +785,8 @@ def fasta_tokens(path: str | Path, tokenizer: NucleotideTokenizer,
     only positions where `loss_mask` is True.
     """
     path = Path(path)
-    found = read_fasta_records(path)
+    found = read_fasta_records(path)  # checked as every FASTA is (check_fasta)
     by_name = dict(found)
-    if len(by_name) != len(found):
-        raise GenomeError(f"{path}: record names are not unique")
     names = [n for n, _ in found] if records is None else [resolve_chrom(r, list(by_name), str(path))
                                                              for r in records]
     ids_parts, iupac, first = [], 0, ""
@@ -591,12 +798,10 @@ def fasta_tokens(path: str | Path, tokenizer: NucleotideTokenizer,
         iupac += enc.iupac
         ids_parts.append(enc.ids)
     ids = np.concatenate(ids_parts) if ids_parts else np.zeros(0, dtype=np.int64)
-    if ids.size == 0:
-        raise GenomeError(f"{path}: no bases")
     report_iupac(path, iupac, first, exact=True)
     loss_mask = ids != tokenizer.n_id
-    if not loss_mask.any():
-        raise GenomeError(f"{path}: every base is N; nothing to score")
+    if not loss_mask.any():  # the file has other bases (checked), these records have none
+        raise GenomeError(f"{path}: every base of records {names} is N; nothing to score")
     return ids.astype(np.int64, copy=False), loss_mask
 
 
