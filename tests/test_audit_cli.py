@@ -149,3 +149,14 @@ def test_a_warmup_longer_than_max_steps_is_one_warning_line(tmp_path, capsys):
     # a resume past the warm-up trains at the full rate: no warning
     assert main(["train", "--run-dir", str(tmp_path / "r"), "--resume", "train.max_steps=8"]) == 0
     assert "seqdiff: warning: train.warmup" not in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------ 8. the user's text validated on the corpus
+def test_a_train_file_without_a_valid_file_says_validation_reads_the_corpus(tmp_path, capsys):
+    without = [a for a in RECIPE if not a.startswith("data.valid_file=")]
+    assert main(["train", "--run-dir", str(tmp_path / "a"), *without, "train.max_steps=1"]) == 0
+    lines = [line for line in capsys.readouterr().err.splitlines() if "without data.valid_file" in line]
+    assert lines == [f"seqdiff: data.train_file={FIXTURE} is given without data.valid_file: validation reads the "
+                     "'shakespeare' corpus' valid split; give data.valid_file=PATH to validate on your own text"]
+    assert main(["train", "--run-dir", str(tmp_path / "b"), *RECIPE, "train.max_steps=1"]) == 0  # both given
+    assert "without data.valid_file" not in capsys.readouterr().err

@@ -340,3 +340,18 @@ def test_slice_script_rejects_unexpected_layouts():
         clean_work("a_play", raw + "End of the Project Gutenberg EBook\n")
     assert gzip_bytes("abc") == gzip_bytes("abc")
     assert set(ASSIGNMENT) == set(SPLITS)
+
+
+@pytest.mark.parametrize("name", ["notes.md", "NOTES.MD", "README", "chapter.rst", "book.text"])
+def test_plain_text_under_other_common_names_is_read_as_txt(tmp_path, name):
+    from seqdiff.data.text_files import read_text_file
+
+    (tmp_path / name).write_text("To be, or not to be.\n")
+    assert read_text_file(tmp_path / name) == "To be, or not to be.\n"
+
+
+@pytest.mark.parametrize("name", ["table.csv", "data.json", "book.pdf"])
+def test_other_file_types_are_refused_naming_what_is_read(tmp_path, name):
+    (tmp_path / name).write_text("a,b\n")
+    assert_error(tmp_path / name, "unsupported file type; expected a .txt, .txt.gz, .jsonl or .parquet file (plain "
+                                  "text may also be named .md, .rst, .text or have no extension)")

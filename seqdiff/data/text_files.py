@@ -211,7 +211,14 @@ def _file_kind(path: Path) -> str:
     for kind in ("txt.gz", "txt", "jsonl", "parquet"):
         if name.endswith("." + kind):
             return kind
-    raise DataFileError(f"{path}: unsupported file type; expected a .txt, .txt.gz, .jsonl or .parquet file")
+    if path.suffix.lower() in PLAIN_TEXT_SUFFIXES:  # notes.md, README: plain text (a binary file fails its NUL check)
+        return "txt"
+    raise DataFileError(f"{path}: unsupported file type; expected a .txt, .txt.gz, .jsonl or .parquet file (plain "
+                        f"text may also be named .md, .rst, .text or have no extension)")
+
+
+PLAIN_TEXT_SUFFIXES = ("", ".md", ".rst", ".text")
+"""Name endings besides .txt read as plain UTF-8 text."""
 
 
 def require_file(path: Path) -> None:

@@ -354,6 +354,8 @@ def train(config: RunConfig, run_dir: str | Path, resume: bool = False,
     clip_search = clip_search_callback(config.method, method, seed=tcfg.seed)  # bd3lm's var_min search
     data = build_data_module(config.data, tokenizer, seed=tcfg.seed)
     check_relative_data_files(config, run_dir, resume)  # a relative path that names nothing from here
+    if rank_zero_only.rank == 0:
+        note_corpus_validation(config)
     data.check_files()  # fail on bad data before anything is written
     data.check_windows(("train", "valid"))  # a split too short, or too N-rich, for one window
 
@@ -513,6 +515,16 @@ def _found_from(run_dir: Path, relative: str) -> str | None:
         if candidate.is_file():
             return os.path.relpath(candidate)
     return None
+
+
+def note_corpus_validation(config: RunConfig) -> None:
+    """One line on stderr when the user's own data.train_file is validated on the corpus' valid split (no
+    data.valid_file): legitimate, but easy to miss, and the validation curve then measures another text."""
+    data = config.data
+    if data.kind == "text" and data.train_file and not data.valid_file:
+        print(f"seqdiff: data.train_file={data.train_file} is given without data.valid_file: validation reads the "
+              f"{data.corpus!r} corpus' valid split; give data.valid_file=PATH to validate on your own text",
+              file=sys.stderr, flush=True)
 
 
 def warn_long_warmup(tcfg: TrainConfig) -> None:
