@@ -510,6 +510,11 @@ def cmd_probe(args: argparse.Namespace) -> int:
         raise ConfigError("seqdiff probe needs a benchmark: --benchmark NAME (probe.benchmark=NAME)")
     # the models first: a text checkpoint is refused as "not a DNA model" before any benchmark file is looked for
     models = [load_probe_model(path, device=o.device, use_ema=not o.no_ema) for path in args.checkpoints]
+    for path, model in zip(args.checkpoints, models):  # an integer layer each model has, before any data is read
+        n_layers = model.backbone.config.n_layers
+        if isinstance(o.layer, int) and not 0 <= o.layer <= n_layers:
+            raise ConfigError(f"probe.layer (--layer)={o.layer}: {path} has layers 0 (the token embeddings) to "
+                              f"{n_layers} (the last block's output); give one of them, 'best' or 'concat'")
     bench = load_benchmark(o.benchmark, data_dir=o.data_dir, test_file=o.test_file)
     check_report_dir(o.out, bench.name)  # a bad --out is said now, not after the first row's work
     config = ProbeConfig(seeds=o.seeds, finetune_seeds=o.finetune_seeds, layer=o.layer,

@@ -11,7 +11,7 @@ from pathlib import Path
 
 RUN_OWN_FOLDERS = ("checkpoints", "logs", "eval", "wandb")
 """Folders `seqdiff train` / `eval` write into: an export never goes into or over them."""
-RUN_OWN_FILES = ("config.yaml", "tokenizer_config.json", "train.lock")
+RUN_OWN_FILES = ("config.yaml", "tokenizer_config.json", "train.lock", "timing.json")
 """Files at the top of a run directory that `seqdiff train` writes."""
 
 

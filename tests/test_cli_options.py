@@ -167,6 +167,7 @@ def test_an_out_file_that_is_an_input_or_part_of_a_run_is_refused_before_any_wor
     cases = [(["sample", str(saved_run), "--out", str(ckpt)], "lies in the checkpoints/ folder of the run"),
              (["eval", str(ckpt), "--out", str(saved_run / "config.yaml")], "is the config.yaml of the run"),
              (["eval", str(saved_run), "--out", str(saved_run / "logs" / "m.json")], "lies in the logs/ folder"),
+             (["sample", str(saved_run), "--out", str(saved_run / "timing.json")], "is the timing.json of the run"),
              (["eval", str(saved_run), "--data", str(text), "--out", str(text)],
               "is a file this command reads (eval.sources data:"),
              (["score", str(saved_run), "--fasta", str(fasta), "--variants", str(variants), "--out", str(variants)],

@@ -132,3 +132,19 @@ def test_nothing_to_run_is_refused(tmp_path):
     bench = load_benchmark(str(write_table(tmp_path / "t.csv", ["a", "b"] * 10)))
     with pytest.raises(ProbeError, match="no rows to run"):
         run_protocol(bench, [], ProbeConfig(seeds=1), probes=("frozen", "finetune"), baselines=())
+
+
+# ------------------------------------------------------------------------------------------ layers
+@pytest.mark.parametrize("layer", ["99", "-1", "2"])
+def test_a_layer_the_model_lacks_is_refused_before_any_data_is_read(layer, tmp_path, capsys):
+    """--layer takes 0 (the token embeddings) to n_layers (the last block's output): beyond that, one line naming
+    the checkpoint and the layers it has, not a traceback after the benchmark was loaded."""
+    from tests.test_variants import TOK, save_checkpoint  # a 1-layer DNA MDLM checkpoint
+
+    ckpt = save_checkpoint(tmp_path / "dna.ckpt", TOK)
+    table = write_table(tmp_path / "t.csv", ["x", "y"] * 12)
+    code, _, err = run_cli(capsys, ckpt, "--benchmark", table, "--seeds", "1", "--layer", layer, "--out",
+                           tmp_path / "out")
+    assert code == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+    assert f"probe.layer (--layer)={layer}: {ckpt} has layers 0 (the token embeddings) to 1" in err, err
+    assert not (tmp_path / "out").exists()

@@ -8,6 +8,7 @@ Layout of a run directory:
                          last.ckpt is corrupted (seqdiff.checkpoint.latest_readable_checkpoint)
   logs/metrics.csv       training and validation metrics, always
   train.lock             while a trainer writes the directory: its pid and host (seqdiff.training.lock)
+  timing.json            wall-clock training seconds, summed over resumes (TrainingClock)
 
 What keeps it trustworthy (seqdiff.training.guards): a moved or copied directory resumes into its own
 last.ckpt; a non-finite loss stops the run before a checkpoint of that step is written; no checkpoint with
