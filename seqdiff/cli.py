@@ -791,6 +791,11 @@ class Command:
     """`seqdiff NAME SUB ...`: a group (edlm, data)."""
     epilog: Callable[[], str] | None = None
     """Text after --help's options (default: the keys of `options`)."""
+    on_interrupt: str = ""
+    """What Ctrl-C leaves behind, said after "interrupted" (train and probe say it themselves)."""
+
+
+_NOTHING_WRITTEN = "nothing was written (the {what} are written once all are done)"
 
 
 def _commands() -> dict[str, Command]:
@@ -800,8 +805,9 @@ def _commands() -> dict[str, Command]:
         "train": Command("train a model from a recipe", cmd_train, arguments=_train_arguments, overrides=True,
                          epilog=_config_keys_help),
         "eval": Command("NLL / perplexity / bits per character or base", cmd_eval, ("eval", EvalOptions),
-                        _checkpoint_argument),
-        "sample": Command("generate sequences", cmd_sample, ("sample", SampleOptions), _checkpoint_argument),
+                        _checkpoint_argument, on_interrupt=_NOTHING_WRITTEN.format(what="results")),
+        "sample": Command("generate sequences", cmd_sample, ("sample", SampleOptions), _checkpoint_argument,
+                          on_interrupt=_NOTHING_WRITTEN.format(what="samples")),
         "edlm": Command("energy-based diffusion (EDLM): likelihood bound and NCE energy training", subcommands={
             "eval": Command("NLL upper bound of an MDLM + energy", cmd_edlm_eval, ("edlm", EdlmEvalOptions),
                             _checkpoint_argument),
@@ -813,7 +819,8 @@ def _commands() -> dict[str, Command]:
         "probe": Command("genomic classification probes: frozen and fine-tuned, against baselines", cmd_probe,
                          ("probe", ProbeOptions), _probe_arguments, paths="checkpoints"),
         "score": Command("zero-shot variant effects: log p(alt) / p(ref) of a DNA model around each variant",
-                         cmd_score, ("score", ScoreOptions), _checkpoint_argument),
+                         cmd_score, ("score", ScoreOptions), _checkpoint_argument,
+                         on_interrupt=_NOTHING_WRITTEN.format(what="scores")),
         "quickstart": Command("train MDLM and AR on the shipped Shakespeare slice, offline", cmd_quickstart,
                               ("quickstart", QuickstartOptions)),
         "bench": Command("throughput and memory against Hugging Face models of the same shape", cmd_bench,
@@ -1019,7 +1026,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"seqdiff {args.command}: error: {where}{os_cause(e)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f"seqdiff {args.command}: interrupted", file=sys.stderr)
+        left = args._command.on_interrupt
+        print(f"seqdiff {args.command}: interrupted" + (f"; {left}" if left else ""), file=sys.stderr)
         return 130
 
 

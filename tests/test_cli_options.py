@@ -337,3 +337,17 @@ def test_help_and_config_keys_list_the_command_options(capsys):
         docs = options_help(cls)
         missing = [f.name for f in dataclasses.fields(cls) if not docs.get(f.name)]
         assert not missing, f"{section}: fields without a docstring: {missing}"
+
+
+@pytest.mark.parametrize("command, what", [("sample", "samples"), ("eval", "results"), ("score", "scores")])
+def test_an_interrupted_sample_eval_or_score_says_nothing_was_written(command, what, monkeypatch, capsys, tmp_path):
+    """They write their output once, at the end (atomically): Ctrl-C leaves nothing, and the message says so."""
+    from seqdiff import cli
+
+    def stopped(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, f"cmd_{command}", stopped)
+    assert main([command, str(tmp_path / "run")]) == 130
+    assert capsys.readouterr().err == (f"seqdiff {command}: interrupted; nothing was written (the {what} are written "
+                                       "once all are done)\n")
