@@ -20,24 +20,24 @@ def _table(path, columns):
 def test_a_missing_sequence_cell_is_named_not_read_as_the_word_none(tmp_path):
     write_parquet(tmp_path / "H3" / "test.parquet", ["ACGT", "GGCC"], [0, 1], "H3")
     _table(tmp_path / "H3" / "train.parquet", {"sequence": ["ACGT", None, "GGCC"], "label": [0, 1, 1]})
-    with pytest.raises(ProbeError, match=r"H3/train.parquet: sequence 1 is missing \(null\)"):
+    with pytest.raises(ProbeError, match=r"H3/train.parquet: sequence 2 is missing \(null\)"):
         load_benchmark("nt/H3", data_dir=tmp_path)
     _table(tmp_path / "H3" / "train.parquet", {"sequence": [7, 8], "label": [0, 1]})
-    with pytest.raises(ProbeError, match=r"H3/train.parquet: sequence 0 is not text \(int 7\)"):
+    with pytest.raises(ProbeError, match=r"H3/train.parquet: sequence 1 is not text \(int 7\)"):
         load_benchmark("nt/H3", data_dir=tmp_path)
 
 
 def test_characters_outside_the_alphabet_and_empty_splits_name_the_file(tmp_path):
     write_parquet(tmp_path / "H3" / "test.parquet", ["ACGT", "GGCC"], [0, 1], "H3")
     write_parquet(tmp_path / "H3" / "train.parquet", ["ACGU", "GGCC"], [0, 1], "H3")
-    with pytest.raises(ProbeError, match=r"H3/train.parquet: sequence 0 holds characters outside .*\['U'\]"):
+    with pytest.raises(ProbeError, match=r"H3/train.parquet: sequence 1 holds characters outside .*\['U'\]"):
         load_benchmark("nt/H3", data_dir=tmp_path)
     write_fna(tmp_path / "H4" / "train.fna", ["ACGT", "AC GT"], [0, 1])
     write_fna(tmp_path / "H4" / "test.fna", ["ACGT", "GGCC"], [0, 1])
-    with pytest.raises(ProbeError, match=r"H4/train.fna: sequence 1 holds characters outside .*\[' '\]"):
+    with pytest.raises(ProbeError, match=r"H4/train.fna: sequence 2 holds characters outside .*\[' '\]"):
         load_benchmark("nt/H4", data_dir=tmp_path)
     write_fna(tmp_path / "H4" / "train.fna", ["ACGT", ""], [0, 1])
-    with pytest.raises(ProbeError, match=r"H4/train.fna: sequence 1 is empty"):
+    with pytest.raises(ProbeError, match=r"H4/train.fna: sequence 2 is empty"):
         load_benchmark("nt/H4", data_dir=tmp_path)
     import pyarrow as pa
 

@@ -120,7 +120,7 @@ def test_layout_bad_inputs(tmp_path):
     with pytest.raises(ProbeError, match="class 'y' has no test examples"):
         load_benchmark(name, data_dir=tmp_path / "b")
     write_layout(tmp_path / "c", name, {"train": {"x": ["AC"], "y": ["GQ"]}, "test": {"x": ["AC"], "y": ["GT"]}})
-    with pytest.raises(ProbeError, match=r"human_enhancers_cohn train: sequence 1 holds characters .*\['Q'\]"):
+    with pytest.raises(ProbeError, match=r"human_enhancers_cohn train: sequence 2 holds characters .*\['Q'\]"):
         load_benchmark(name, data_dir=tmp_path / "c")
 
 
@@ -191,7 +191,7 @@ def test_user_csv_bad_inputs(tmp_path):
     with pytest.raises(ProbeError, match="needs a sequence column"):
         read_table(f)
     f.write_text("seq,label\nACGT,a\nAC-GT,b\n")
-    with pytest.raises(ProbeError, match=r"d.csv: sequence 1 holds characters outside .*\['-'\]"):
+    with pytest.raises(ProbeError, match=r"d.csv: sequence 2 holds characters outside .*\['-'\]"):
         read_table(f)
     with pytest.raises(ProbeError, match="does not exist"):
         load_benchmark(str(tmp_path / "missing.csv"))

@@ -185,7 +185,7 @@ def test_bad_inputs_name_the_file_and_the_problem(tmp_path):
     with pytest.raises(ProbeError, match=r"nt/H3 test split has no examples of class\(es\) \['1'\]"):
         load_benchmark("nt/H3", data_dir=tmp_path)
     write_parquet(folder / "test.parquet", ["ACGT", "GG-C"], [0, 1], "H3")
-    with pytest.raises(ProbeError, match=r"H3/test.parquet: sequence 1 holds characters outside .*\['-'\]"):
+    with pytest.raises(ProbeError, match=r"H3/test.parquet: sequence 2 holds characters outside .*\['-'\]"):
         load_benchmark("nt/H3", data_dir=tmp_path)
     fna = tmp_path / "H4" / "train.fna"
     write_fna(fna, ["ACGT"], [0])
@@ -193,7 +193,7 @@ def test_bad_inputs_name_the_file_and_the_problem(tmp_path):
     with pytest.raises(ProbeError, match=r"H4/train.fna line 1: header '>chr1:0-4' does not end in \|LABEL"):
         load_benchmark("nt/H4", data_dir=tmp_path)
     fna.write_text(">chr1:0-4|x\nACGT\n")
-    with pytest.raises(ProbeError, match=r"H4/train.fna line 1: label 'x' of sequence 0 is not an integer"):
+    with pytest.raises(ProbeError, match=r"H4/train.fna line 1: label 'x' of sequence 1 is not an integer"):
         load_benchmark("nt/H4", data_dir=tmp_path)
 
 

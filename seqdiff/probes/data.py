@@ -81,13 +81,13 @@ class Benchmark:
 
 
 def check_alphabet(sequences: Sequence[str], where: str) -> None:
-    """Raise ProbeError naming the first sequence with characters outside the nucleotide alphabet."""
+    """Raise ProbeError naming the first sequence (counted from 1) with characters outside the nucleotide alphabet."""
     for i, seq in enumerate(sequences):
         if not seq:
-            raise ProbeError(f"{where}: sequence {i} is empty")
+            raise ProbeError(f"{where}: sequence {i + 1} is empty")
         bad = set(seq) - ALPHABET
         if bad:
-            raise ProbeError(f"{where}: sequence {i} holds characters outside the nucleotide alphabet "
+            raise ProbeError(f"{where}: sequence {i + 1} holds characters outside the nucleotide alphabet "
                              f"{sorted(bad)} (allowed: ACGTN and IUPAC codes, either case)")
 
 

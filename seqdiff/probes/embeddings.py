@@ -41,7 +41,7 @@ def encode_batch(tokenizer, sequences: Sequence[str], length: int | None = None)
     mask = torch.zeros((len(encoded), L), dtype=torch.bool)
     for i, e in enumerate(encoded):
         if len(e) > L:
-            raise ProbeError(f"sequence {i} has {len(e)} bases, more than the padded length {L}; truncate it first")
+            raise ProbeError(f"sequence {i + 1} has {len(e)} bases, more than the padded length {L}; truncate it first")
         ids[i, : len(e)] = torch.from_numpy(np.asarray(e, dtype=np.int64))
         mask[i, : len(e)] = True
     return ids, mask

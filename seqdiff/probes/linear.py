@@ -203,7 +203,7 @@ def onehot_features(sequences: Sequence[str], length: int) -> np.ndarray:
     out = np.zeros((len(sequences), length, 4), dtype=np.float32)
     for i, seq in enumerate(sequences):
         if len(seq) > length:
-            raise ProbeError(f"sequence {i} has {len(seq)} bases, more than the one-hot length {length}")
+            raise ProbeError(f"sequence {i + 1} has {len(seq)} bases, more than the one-hot length {length}")
         codes = _BASE_CODE[np.frombuffer(seq.encode("ascii"), dtype=np.uint8)]
         real = np.flatnonzero(codes >= 0)
         out[i, real, codes[real]] = 1.0

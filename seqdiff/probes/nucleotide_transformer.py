@@ -144,7 +144,7 @@ def _int_labels(values: Sequence[Any], where: str) -> list[int]:
             if label != float(value):
                 raise ValueError
         except (TypeError, ValueError):
-            raise ProbeError(f"{where}: label {value!r} of sequence {i} is not an integer class index") from None
+            raise ProbeError(f"{where}: label {value!r} of sequence {i + 1} is not an integer class index") from None
         labels.append(label)
     return labels
 
@@ -183,7 +183,7 @@ def _sequence_strings(values: Sequence[Any], where: str) -> list[str]:
     for i, value in enumerate(values):
         if not isinstance(value, str):
             what = "missing (null)" if value is None else f"not text ({type(value).__name__} {value!r})"
-            raise ProbeError(f"{where}: sequence {i} is {what}; every row needs a DNA sequence")
+            raise ProbeError(f"{where}: sequence {i + 1} is {what}; every row needs a DNA sequence")
     return list(values)
 
 
