@@ -196,6 +196,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
         if data_config is None:
             raise ConfigError("this checkpoint records no corpus; pass --data FILE or --dataset NAME")
         data_config.eval_batch_size = o.batch_size
+        own = getattr(data_config, f"{o.split}_file", None) if data_config.kind == "text" else None
+        if own and not Path(own).expanduser().exists():  # moved or deleted since training
+            raise ConfigError(f"{own}: no such file (the run's data.{o.split}_file, read from the current directory "
+                              f"when relative); score a file with --data PATH, or a corpus with --dataset NAME")
         loader = build_data_module(data_config, model.tokenizer).eval_dataloader(o.split)
         report = evaluate_batches(model, loader, **options)
         corpus = data_config.corpus if data_config.kind == "text" else data_config.kind

@@ -160,3 +160,35 @@ def test_a_train_file_without_a_valid_file_says_validation_reads_the_corpus(tmp_
                      "'shakespeare' corpus' valid split; give data.valid_file=PATH to validate on your own text"]
     assert main(["train", "--run-dir", str(tmp_path / "b"), *RECIPE, "train.max_steps=1"]) == 0  # both given
     assert "without data.valid_file" not in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------ 9. a length beyond the context says what it costs
+def test_a_length_beyond_the_context_says_how_many_blocks_each_sample_takes(tmp_path, capsys):
+    from seqdiff.samplers.mdlm_semi_ar import block_starts
+    from tests.test_variants import TOK, save_checkpoint  # DNA MDLM: context 64, trained at 32
+
+    ckpt = save_checkpoint(tmp_path / "dna.ckpt", TOK)
+    blocks = len(block_starts(100, 32, 16))
+    assert main(["sample", str(ckpt), "--length", "100", "--steps", "2", "--num-samples", "1"]) == 0
+    err = capsys.readouterr().err
+    assert (f"seqdiff: 100 tokens exceed the model's context of 64: each sample is made in {blocks} "
+            f"semi-autoregressive blocks of 32 tokens (overlap 16), each a full") in err, err
+    assert main(["sample", str(ckpt), "--length", "60", "--steps", "2", "--num-samples", "1"]) == 0  # fits: silent
+    assert "semi-autoregressive blocks" not in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------ 10. eval of a run whose own file is gone
+def test_eval_of_a_run_whose_split_file_is_gone_points_to_data_and_dataset(tmp_path, capsys):
+    import shutil
+
+    mine = tmp_path / "mine.txt"
+    shutil.copy(FIXTURE, mine)
+    recipe = [a for a in RECIPE if not a.startswith("data.test_file=")] + [f"data.test_file={mine}"]
+    assert main(["train", "--run-dir", str(tmp_path / "r"), *recipe, "train.max_steps=1"]) == 0
+    mine.unlink()
+    capsys.readouterr()
+    assert main(["eval", str(tmp_path / "r"), "--split", "test"]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"seqdiff eval: error: {mine}: no such file (the run's data.test_file, read from the current "
+                   "directory when relative); score a file with --data PATH, or a corpus with --dataset NAME\n"), err
+    assert main(["eval", str(tmp_path / "r"), "--split", "test", "--data", str(FIXTURE)]) == 0  # the way out

@@ -24,7 +24,7 @@ from seqdiff.atomic import save_figure_atomically, write_atomically  # noqa: F40
 from seqdiff.checkpoint import LoadedModel
 from seqdiff.config import SampleConfig
 from seqdiff.samplers import SamplerError, build_sampler
-from seqdiff.samplers.mdlm_semi_ar import generate_semi_ar
+from seqdiff.samplers.mdlm_semi_ar import block_starts, generate_semi_ar
 from seqdiff.tokenizers.base import Tokenizer, TokenizerError
 
 
@@ -201,6 +201,13 @@ def generate(model: LoadedModel, cfg: SampleConfig, progress: bool = False,
     if not semi_ar:
         sampler.check_length(seq_len)
     overlap = cfg.overlap if cfg.overlap is not None else block_len // 2
+    if semi_ar and progress:  # the progress bar counts batches; say up front what one batch costs
+        import sys
+
+        blocks = len(block_starts(seq_len, block_len, overlap))
+        print(f"seqdiff: {seq_len:,} tokens exceed the model's context of {context}: each sample is made in "
+              f"{blocks:,} semi-autoregressive blocks of {block_len} tokens (overlap {overlap}), each a full "
+              f"{sampler.name} run", file=sys.stderr, flush=True)
     if given is not None:
         given = torch.as_tensor(given).long()
         if given.shape[-1] != seq_len:
