@@ -494,7 +494,8 @@ def cmd_export(args: argparse.Namespace) -> int:
     out = export_checkpoint(args.checkpoint, args.out_dir, use_ema=not o.no_ema, overwrite=o.overwrite,
                             encoder_alpha=o.encoder_alpha)
     print(f"exported: {out} (load with seqdiff, or with transformers' AutoModelForMaskedLM / AutoModelForCausalLM "
-          f"after seqdiff.hf.register_auto_classes(), or with trust_remote_code=True)")
+          f"after seqdiff.hf.register_auto_classes(), or with trust_remote_code=True; seqdiff must be installed "
+          f"either way; AR models also take generate(), diffusion models sample with `seqdiff sample`)")
     return 0
 
 

@@ -259,3 +259,25 @@ def test_auto_tokenizer_loads_the_exported_directory(runs, exported):
         text = Path(FIXTURE).read_text()[:5_000]
         assert hf(text)["input_ids"] == tok.encode(text).tolist()
         assert hf.mask_token_id == tok.mask_id and hf.model_max_length == 32
+
+
+def test_the_exported_ar_model_generates_with_transformers_as_seqdiff_decodes_greedily(runs, exported):
+    """`generate()` on the exported AR model (greedy, after BOS) gives the tokens of an argmax loop over seqdiff's
+    own checkpoint; sampling runs too, and a padded left-aligned batch is not needed (one prompt per row)."""
+    from transformers import AutoModelForCausalLM
+
+    from seqdiff.hf import register_auto_classes
+
+    register_auto_classes()
+    ar = AutoModelForCausalLM.from_pretrained(exported["ar"]).eval()
+    ref = load_checkpoint(runs / "ar")
+    tok = ref.tokenizer
+    prompt = torch.tensor([[tok.bos_id, *tok.encode("the ")]])
+    with torch.no_grad():
+        out = ar.generate(prompt, max_new_tokens=12, do_sample=False, pad_token_id=tok.pad_id)
+        ids = prompt
+        for _ in range(12):
+            ids = torch.cat([ids, ref.backbone(ids)[:, -1].argmax(-1, keepdim=True)], dim=1)
+        assert out.tolist() == ids.tolist()
+        sampled = ar.generate(prompt, max_new_tokens=5, do_sample=True, top_k=0, pad_token_id=tok.pad_id)
+        assert sampled.shape == (1, prompt.shape[1] + 5) and sampled[0, :prompt.shape[1]].tolist() == prompt[0].tolist()

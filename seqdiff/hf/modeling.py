@@ -15,8 +15,9 @@ Design choices
   (bd3lm: `attention_structure`, block-causal) gets it: the logits of each block given the blocks before it.
   Time-conditioned models take the noise level as `noise_level` (shape (B,)).
 - `SeqDiffForCausalLM(...).logits[:, i]` predict token i + 1 (the usual causal-LM convention; seqdiff's
-  AR method feeds BOS first). Generation goes through `seqdiff sample` (KV cache); these wrappers implement
-  the forward pass only, not `generate()`.
+  AR method feeds BOS first). The causal wrapper takes transformers' `generate()` (the whole prefix at every
+  step, no KV cache); `seqdiff sample` keeps a KV cache and is the fast path. The masked-LM wrapper is a forward
+  pass only: diffusion sampling goes through `seqdiff sample`.
 - `labels` give the plain cross-entropy of the convention (masked LM: at positions whose label is not
   -100; causal LM: shifted by one), not the diffusion NELBO, which `seqdiff eval` computes.
 - Config fields are set in `__init__` (the style that transformers' remote-code loading expects), so the
@@ -35,6 +36,7 @@ from transformers import (
     AutoConfig,
     AutoModelForCausalLM,
     AutoModelForMaskedLM,
+    GenerationMixin,
     PretrainedConfig,
     PreTrainedModel,
 )
@@ -182,10 +184,17 @@ class SeqDiffForMaskedLM(SeqDiffPreTrainedModel):
         return MaskedLMOutput(loss=loss, logits=logits, hidden_states=hidden)
 
 
-class SeqDiffForCausalLM(SeqDiffPreTrainedModel):
-    """An autoregressive seqdiff model: logits[:, i] predict token i + 1."""
+class SeqDiffForCausalLM(SeqDiffPreTrainedModel, GenerationMixin):
+    """An autoregressive seqdiff model: logits[:, i] predict token i + 1. `generate()` works (greedy, sampling,
+    beams: transformers' loop) by running the whole prefix at every step, without a KV cache; `seqdiff sample`
+    keeps one and is the fast path."""
 
     _requires_causal = True
+
+    def prepare_inputs_for_generation(self, input_ids: Tensor, attention_mask: Tensor | None = None,
+                                      **kwargs: Any) -> dict[str, Any]:
+        """The whole prefix each step (no cache to continue from), with its padding mask."""
+        return {"input_ids": input_ids, "attention_mask": attention_mask}
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, labels: Tensor | None = None,
                 output_hidden_states: bool | None = None, return_dict: bool | None = None,
