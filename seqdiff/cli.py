@@ -228,6 +228,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
         k = random_orders(o.order)
         kind = (f"exact, decoded in the order {o.order}" if k is None else
                 f"importance-weighted upper bounds over {k} random orders per block")
+    if o.rc_conjoin:
+        kind += ", both strands conjoined (--rc-conjoin)"
     print(f"{model.method.name} checkpoint {model.path} (step {model.step}), {kind}:")
     print(format_table(reports))
     print(f"written: {out}")

@@ -305,8 +305,11 @@ def test_train_eval_sample_with_rc(tmp_path, capsys):
     assert main(["train", "--run-dir", str(run), *common, "model.rc_equivariant=shared"]) == 0
     assert isinstance(load_checkpoint(run).backbone, RCEquivariant)
     plain, conj = tmp_path / "plain.json", tmp_path / "conj.json"
+    capsys.readouterr()
     assert main(["eval", str(run), "--out", str(plain)]) == 0
+    assert "both strands conjoined" not in capsys.readouterr().out
     assert main(["eval", str(run), "--rc-conjoin", "--out", str(conj)]) == 0
+    assert "), upper bounds (NELBO), both strands conjoined (--rc-conjoin):" in capsys.readouterr().out  # the header
     a, b = json.loads(plain.read_text()), json.loads(conj.read_text())
     assert b["rc_conjoined"] is True and "rc_conjoined" not in a
     a, b = a["results"][0], b["results"][0]
