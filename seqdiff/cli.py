@@ -196,14 +196,14 @@ def cmd_eval(args: argparse.Namespace) -> int:
         if data_config is None:
             raise ConfigError("this checkpoint records no corpus; pass --data FILE or --dataset NAME")
         data_config.eval_batch_size = o.batch_size
-        own = getattr(data_config, f"{o.split}_file", None) if data_config.kind == "text" else None
-        if own and not Path(own).expanduser().exists():  # moved or deleted since training
-            raise ConfigError(f"{own}: no such file (the run's data.{o.split}_file, read from the current directory "
-                              f"when relative); score a file with --data PATH, or a corpus with --dataset NAME")
+        own_file = getattr(data_config, f"{o.split}_file", None) if data_config.kind == "text" else None
+        if own_file and not Path(own_file).expanduser().exists():  # moved or deleted since training
+            raise ConfigError(f"{own_file}: no such file (the run's data.{o.split}_file, read from the current "
+                              f"directory when relative); score a file with --data PATH, or a corpus with --dataset "
+                              f"NAME")
         loader = build_data_module(data_config, model.tokenizer).eval_dataloader(o.split)
         report = evaluate_batches(model, loader, **options)
         corpus = data_config.corpus if data_config.kind == "text" else data_config.kind
-        own_file = getattr(data_config, f"{o.split}_file", None) if data_config.kind == "text" else None
         if own_file:  # the run's own file for this split, not data.corpus (which then keeps its default)
             corpus = Path(own_file).name
         report.update({"dataset": f"{Path(corpus).name}/{o.split}", "split": o.split,
