@@ -51,6 +51,14 @@ def test_bench_writes_json_and_markdown(tmp_path, keep_threads, capsys):
     assert set(data["matmul_fraction"]) == {"seqdiff_bidirectional", "seqdiff_causal"}
     assert all(v > 0 for v in data["matmul_fraction"].values())
     assert set(data["flops_per_token"]) == {"seqdiff_bidirectional", "seqdiff_causal"}
+    # The ceiling is the measured ratio over the matmul fraction, round by round (an identity of the definitions).
+    assert set(data["ratio_vs_hf_ceiling"]) == {"bidirectional", "causal"}
+    for pair, (ours, _) in {"bidirectional": ("seqdiff_bidirectional", "hf_bert"),
+                            "causal": ("seqdiff_causal", "hf_gpt2")}.items():
+        rounds = zip(data["ratio_vs_hf_ceiling_spread"][pair]["values"], data["ratio_vs_hf_spread"][pair]["values"],
+                     data["matmul_fraction_spread"][ours]["values"], strict=True)
+        for ceiling, ratio, fraction in rounds:
+            assert ceiling == pytest.approx(ratio / fraction, rel=1e-3), pair  # values kept to 6 decimals
     assert set(data["params"]) == set(TRAIN_MODELS)
     # Untied GPT-2 and the causal DiT have (nearly) the same number of parameters.
     assert abs(data["params"]["hf_gpt2"] / data["params"]["seqdiff_causal"] - 1) < 0.1
@@ -77,6 +85,7 @@ def test_bench_writes_json_and_markdown(tmp_path, keep_threads, capsys):
     md = (tmp_path / "bench.md").read_text()
     assert md.startswith("# seqdiff bench") and data["command"] in md
     assert "| seqdiff_bidirectional |" in md and "**Matmul fraction**" in md
+    assert "**Ceiling of the ratio on this device**" in md
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bench.json", "bench.md"]  # no temporary files left
     assert "| hf_gpt2 |" in capsys.readouterr().out
 
@@ -232,3 +241,12 @@ def test_the_bd3lm_head_experiment_times_three_heads(tmp_path, keep_threads):
     assert set(data["ratio_over_full"]) == {"sparse", "sparse fused"}
     assert data["masked_share"] == pytest.approx(0.5, abs=1e-3)  # (1 - eps)(1 + t_min) / 2
     assert "| sparse fused |" in (tmp_path / "table.md").read_text()
+
+
+def test_ratio_ceiling_is_the_matmul_rate_over_the_contenders_flop_rate():
+    from seqdiff.bench.measure import ratio_ceiling
+
+    # 100 GFLOP/s, 20 MFLOP a token: at most 5,000 tokens/s; against a contender at 4,000 tokens/s, 1.25x.
+    assert ratio_ceiling(100e9, 20e6, 4_000) == pytest.approx(1.25)
+    assert ratio_ceiling(200e9, 20e6, 4_000) == pytest.approx(2.5)  # twice the rate, twice the room
+

@@ -65,6 +65,7 @@ from seqdiff.bench.measure import (
     load_average,
     make_matmul,
     quiet_rounds,
+    ratio_ceiling,
     rotated,
     spread,
     timed,
@@ -245,6 +246,8 @@ def bench_training(shape: Shape, args: argparse.Namespace, device: torch.device,
 
     fraction = {name: [t * flops_per_token[name] / m for t, m in zip(tok_s[name], mm_rate, strict=True)]
                 for name in ours}
+    ceiling = {pair: [ratio_ceiling(m, flops_per_token[a], t) for m, t in zip(mm_rate, tok_s[b], strict=True)]
+               for pair, (a, b) in PAIRS.items()}
     log("profiling training steps of each model")
     profiles = {}
     for name in names:  # of 3 profiled steps, the fastest: the least disturbed by other work
@@ -266,6 +269,7 @@ def bench_training(shape: Shape, args: argparse.Namespace, device: torch.device,
         if args.unfused else None,
         "matmul": spread(mm_rate),
         "matmul_fraction": {name: spread(v) for name, v in fraction.items()},
+        "ratio_ceiling": {pair: spread(v) for pair, v in ceiling.items()},
         "params": params,
         "flops_per_token": flops_per_token,
         "head_share": head_share,
@@ -435,6 +439,8 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser, argv: list[st
         "matmul_dtype": "float32",
         "matmul_fraction": {name: s["median"] for name, s in train["matmul_fraction"].items()},
         "matmul_fraction_spread": train["matmul_fraction"],
+        "ratio_vs_hf_ceiling": {pair: s["median"] for pair, s in train["ratio_ceiling"].items()},
+        "ratio_vs_hf_ceiling_spread": train["ratio_ceiling"],
         "profile": train["profiles"],
         "sample_tokens_per_s": {k: {b: s["median"] for b, s in v.items()} for k, v in sampling["tok_s"].items()},
         "sample_tokens_per_s_spread": sampling["tok_s"],

@@ -45,6 +45,17 @@ def spread(values: list[float]) -> dict[str, Any]:
     return out
 
 
+def ratio_ceiling(matmul_flops_per_s: float, flops_per_token: float, other_tokens_per_s: float) -> float:
+    """The most a model could gain over a contender on this device: its tokens/s if all of its `flops_per_token`
+    ran at the reference matmul rate and nothing else took time, over the contender's measured tokens/s.
+
+    An upper bound (small matmuls run below the large reference one, and norms, activations and the optimizer take
+    time too). It equals the measured ratio over the model's matmul fraction, so a ratio target above it cannot be
+    met without fewer FLOPs per token, however the rest of the step is written.
+    """
+    return matmul_flops_per_s / (flops_per_token * other_tokens_per_s)
+
+
 def load_average() -> float | None:
     """1-minute load average of the machine (None where the OS has none): how busy it was with other work."""
     try:

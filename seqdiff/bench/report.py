@@ -106,6 +106,7 @@ def explanation(result: dict[str, Any], train: dict[str, Any], sampling: dict[st
         "that rate); shares of the step: "
         + ", ".join(f"{c} {share[c]:.0%}" for c in sorted(CATEGORIES, key=lambda c: -share[c]) if share[c] >= 0.005)
         + ".",
+        *ceiling_line(result),
         f"- **Sampling**, cached / uncached MDLM at steps = length = {cfg['seq_len']} (target ≥ "
         f"{CACHED_SPEEDUP_TARGET:g}×): "
         + ", ".join(f"{s:.2f}× at batch {b}" for b, s in result["cached_speedup"].items())
@@ -139,6 +140,19 @@ def explanation(result: dict[str, Any], train: dict[str, Any], sampling: dict[st
                         " (at this vocabulary the defaults take the plain path too: method.fused_loss=null fuses "
                         "from 4,096 ids on)") + ".")
     return "\n".join(lines)
+
+
+def ceiling_line(result: dict[str, Any]) -> list[str]:
+    """The ceiling of each seqdiff / HF ratio on this device (`measure.ratio_ceiling`), as one bullet; none for
+    bench.json files written before it was measured."""
+    ceiling = result.get("ratio_vs_hf_ceiling")
+    if not ceiling:
+        return []
+    return [f"- **Ceiling of the ratio on this device**: were all of a seqdiff model's FLOPs run at the "
+            f"{matmul_dtype(result)} matmul rate above with nothing else taking time, it would train at most "
+            + ", ".join(f"{ceiling[pair]:.2f}× {PAIRS[pair][1]} ({pair})" for pair in PAIRS if pair in ceiling)
+            + " (median of rounds; the measured ratio over the matmul fraction). A ratio target above it needs "
+            "fewer FLOPs per token, not a faster step."]
 
 
 def contention_note(result: dict[str, Any]) -> str:
