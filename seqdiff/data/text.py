@@ -50,6 +50,8 @@ from seqdiff.data.cache import file_identity
 from seqdiff.data.datasets import DATASETS, get_dataset, get_detokenizer, load_documents
 from seqdiff.data.streaming import _encode, _encode_chunk, _init_worker, build_streaming
 from seqdiff.data.text_files import DataFileError, corpus_split_path, read_documents, read_text_file
+from seqdiff.safe_io import WriteError
+from seqdiff.sources import DATA_DIR_ENV
 from seqdiff.tokenizers.base import Tokenizer, TokenizerError
 
 SPLITS = ("train", "valid", "test")
@@ -208,8 +210,14 @@ def load_split_arrays(config: DataConfig, tokenizer: Tokenizer, split: str,
     fields = {**source.identity(), "tokenizer": cache.tokenizer_fingerprint(tokenizer),
               "seq_len": config.seq_len if text.block_mode != "stream" else None, "mode": text.block_mode}
     # built by the streaming path: bounded memory, the same arrays
-    return cache.load_or_build_into(fields, lambda folder: build_streaming(source, tokenizer, config, folder),
-                                    log=log)
+    try:
+        return cache.load_or_build_into(fields, lambda folder: build_streaming(source, tokenizer, config, folder),
+                                        log=log)
+    except WriteError as e:  # a read-only or full data directory: say which option writes there
+        setting = ("data.text.cache=true caches" if text.cache else f"data.text.cache=null caches sources of "
+                   f"data.text.cache_min_bytes={text.cache_min_bytes} or more, as the {split} split,")
+        raise WriteError(f"{e} ({setting} tokenized blocks there; set data.text.cache=false, or ${DATA_DIR_ENV} "
+                         f"to a writable data directory)") from e
 
 
 def truncation_message(meta: dict[str, Any], config: DataConfig, split: str) -> str:

@@ -11,6 +11,7 @@ as its default.
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 from pathlib import Path
@@ -27,6 +28,7 @@ from seqdiff.config import (
     to_dict,
     upgrade_data_section,
 )
+from seqdiff.optim import LR_SCHEDULES
 from seqdiff.training.guards import RunError
 
 RESUMABLE_KEYS: tuple[str, ...] = (
@@ -141,4 +143,19 @@ def check_resume(ckpt: dict[str, Any], ckpt_path: Path, config: RunConfig, token
     if config.train.max_steps == step:
         print(f"seqdiff: {ckpt_path} is already at train.max_steps={step}: nothing to train (give a larger "
               f"train.max_steps to train further)", file=sys.stderr)
+    note_stretched_schedule(changes, config.train, step)
     return step
+
+
+def note_stretched_schedule(changes: dict[str, tuple], tcfg: TrainConfig, step: int) -> None:
+    """One line on stderr when a new train.max_steps moves the learning rate of the resumed step (a cosine decays
+    to 0 at max_steps: a finished run resumed with more steps starts again from a high rate). Not an error: it is
+    what a longer run means, but the jump is easy to miss."""
+    if "train.max_steps" not in changes or tcfg.max_steps <= step or changes["train.max_steps"][0] is None:
+        return
+    decay, old_max = LR_SCHEDULES[tcfg.lr_schedule], int(changes["train.max_steps"][0])
+    was, now = (tcfg.lr * decay(step, tcfg.warmup_steps, m) for m in (old_max, tcfg.max_steps))
+    if not math.isclose(was, now, rel_tol=0.01, abs_tol=1e-12):
+        print(f"seqdiff: train.max_steps {old_max} -> {tcfg.max_steps} stretches train.lr_schedule="
+              f"{tcfg.lr_schedule}: the learning rate at step {step} becomes {now:.3g} (it was {was:.3g}), and "
+              f"decays to 0 at step {tcfg.max_steps}", file=sys.stderr)

@@ -49,7 +49,7 @@ from seqdiff.data import build_data_module
 from seqdiff.host_memory import reuse_freed_memory
 from seqdiff.methods import build_model, check_trainable
 from seqdiff.safe_io import WriteError, atomic_torch_save, atomic_write_text, ensure_dir, os_cause
-from seqdiff.samplers import SAMPLERS
+from seqdiff.samplers import SAMPLERS, samplers_for
 from seqdiff.tokenizers import build_tokenizer
 from seqdiff.training.clip_search import clip_search_callback
 from seqdiff.training.csv_log import ResumableCSVLogger
@@ -322,6 +322,8 @@ def train(config: RunConfig, run_dir: str | Path, resume: bool = False,
     for folder in (run_dir, run_dir / "checkpoints"):
         if folder.exists() and not folder.is_dir():
             raise RunError(f"--run-dir {run_dir}: {folder} is a file, not a directory")
+    if last.exists() and not last.is_file():  # refused now, not after training up to the first checkpoint
+        raise RunError(f"--run-dir {run_dir}: {last} is not a file; move it away")
     if rank_zero_only.rank == 0:
         RunLock(run_dir).check_free()  # a trainer busy in this directory: say so, not "no checkpoint yet"
     has_checkpoint = last.is_file() or bool(step_checkpoints(last.parent))
@@ -352,6 +354,10 @@ def train(config: RunConfig, run_dir: str | Path, resume: bool = False,
             print(f"seqdiff: model.init_from={config.model.init_from} sets " + ", ".join(
                 f"model.{k}={new!r} (recipe: {old!r})" for k, (old, new) in changed.items()), file=sys.stderr)
     method = check_trainable(config, tokenizer)  # e.g. bd3lm: method.block_size | data.seq_len; packing
+    if config.sample.sampler is not None and config.sample.sampler not in samplers_for(method.name):
+        # the run's default sampler: refused now, not at its first `seqdiff sample`
+        raise RunError(f"sample.sampler={config.sample.sampler} cannot drive models of method.name={method.name}; "
+                       f"choose one of {samplers_for(method.name)}, or sample.sampler=null for its default")
     clip_search = clip_search_callback(config.method, method, seed=tcfg.seed)  # bd3lm's var_min search
     data = build_data_module(config.data, tokenizer, seed=tcfg.seed)
     check_relative_data_files(config, run_dir, resume)  # a relative path that names nothing from here
