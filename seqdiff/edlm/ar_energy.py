@@ -45,5 +45,8 @@ class AREnergy(Energy):
     def row_width(self) -> int:
         return self.ar.tokenizer.vocab_size  # (rows, L, V) logits and log-probabilities per forward
 
+    def max_length(self) -> int:
+        return self.ar.model_config.max_seq_len  # BOS + x0 minus its last token: L positions
+
     def energy(self, x0: Tensor, xt: Tensor, log_mu: Tensor) -> Tensor:
         return -ar_token_log_probs(self.ar, x0).sum(-1) + log_mu.double()

@@ -53,6 +53,10 @@ class Energy(ABC):
         """Per-token width of the largest tensor `energy` makes (default 1; the AR energies: the vocabulary)."""
         return 1
 
+    def max_length(self) -> int | None:
+        """The longest x0 the energy reads (its network's model.max_seq_len); None: any length."""
+        return None
+
     def __call__(self, x0: Tensor, xt: Tensor, log_mu: Tensor, chunk: int = 256) -> Tensor:
         """`energy` in chunks of `chunk` rows (the sampler scores batch x k candidates at once), fewer where
         `chunk_elements` caps them (long rows, large vocabularies)."""

@@ -9,6 +9,7 @@ command's (seqdiff.options): `edlm.*` (EdlmEvalOptions) and `nce.*` (NCEOptions)
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,7 +40,7 @@ class EdlmEvalOptions:
     batch_size: int = 16
     """Blocks per batch."""
     out: str | None = None
-    """JSON file for the results (default: <run>/eval/edlm-<energy>-<data>.json)."""
+    """JSON file for the results (default: <run or export>/eval/edlm-<energy>-<form>-<data>-<hash>.json)."""
     seed: int = 0
     """Seed of every random draw."""
     device: str = "cpu"
@@ -85,6 +86,8 @@ class NCEOptions:
                 raise ConfigError(f"nce.{key} must be >= 1, got {getattr(self, key)}")
         if self.warmup_steps < 0:
             raise ConfigError(f"nce.warmup_steps must be >= 0, got {self.warmup_steps}")
+        if self.lr < 0:
+            raise ConfigError(f"nce.lr must be >= 0, got {self.lr}")
 
 # The handlers import what they run late: seqdiff.cli imports this module on every start, and the evaluation
 # and data modules would load Lightning for `seqdiff --help`.
@@ -108,6 +111,25 @@ def _data_tokens(o: EdlmEvalOptions | NCEOptions, model):
     return path, tokens, loss_mask
 
 
+def _check_energy_fits(o: EdlmEvalOptions, energy, mdlm, num_tokens: int) -> None:
+    """Refuse, before scoring, an energy that cannot read the MDLM's blocks and a batch of n candidates per block
+    that cannot fit in memory (int64 ids and float64 probabilities of each candidate token, roughly)."""
+    from seqdiff.edlm.base import EnergyError
+    from seqdiff.evaluation.limits import available_memory
+
+    limit = energy.max_length()
+    if limit is not None and limit < mdlm.seq_len:
+        raise EnergyError(f"--energy {o.energy}: it reads at most {limit} tokens (its model.max_seq_len), fewer than "
+                          f"the {mdlm.seq_len}-token blocks {mdlm.path} scores")
+    blocks = min(o.batch_size, -(-num_tokens // mdlm.seq_len))
+    need, have = blocks * o.num_partition_samples * mdlm.seq_len * 48, available_memory()
+    if have and need > 0.9 * have:
+        raise ConfigError(f"--num-partition-samples {o.num_partition_samples} candidates for each of a batch of "
+                          f"{blocks} blocks of {mdlm.seq_len} tokens need about {need / 2**30:.1f} GiB by a rough "
+                          f"estimate, more than the {have / 2**30:.1f} GiB available; lower --num-partition-samples "
+                          f"or --batch-size")
+
+
 def cmd_edlm_eval(args: argparse.Namespace) -> int:
     import torch
 
@@ -115,23 +137,31 @@ def cmd_edlm_eval(args: argparse.Namespace) -> int:
     from seqdiff.edlm import load_energy
     from seqdiff.edlm.likelihood import edlm_model
     from seqdiff.evaluation.likelihood import evaluate_tokens
+    from seqdiff.evaluation.limits import check_device
+    from seqdiff.evaluation.zeroshot import eval_results_path
 
     o: EdlmEvalOptions = args.edlm
     if o.energy is None:
         raise ConfigError("seqdiff edlm eval needs an energy: --energy KIND:PATH (edlm.energy=KIND:PATH)")
+    check_device(o.device)
     mdlm = load_checkpoint(args.checkpoint, device=o.device, use_ema=not o.no_ema)
     energy = load_energy(o.energy, mdlm, device=o.device)
     model = edlm_model(mdlm, energy, o.num_partition_samples, o.form)
     torch.manual_seed(o.seed)
     path, tokens, loss_mask = _data_tokens(o, mdlm)
+    _check_energy_fits(o, energy, mdlm, len(tokens))
     report = evaluate_tokens(model, tokens, batch_size=o.batch_size, num_t_samples=o.num_t_samples,
                              seed=o.seed, loss_mask=loss_mask, progress=True)
     report.update({"checkpoint": str(mdlm.path), "energy": o.energy, "data": str(path), "form": o.form,
                    "bound": o.form == "marginal", "num_partition_samples": o.num_partition_samples,
                    "log_partition": "exact (Z = 1)" if energy.self_normalized else
                    "(2n-1) log Z_n - 2(n-1) log Z_{n-1} (leave-one-out)"})
-    out = Path(o.out) if o.out else \
-        mdlm.path.parent.parent / "eval" / f"edlm-{energy.name}-{o.form}-{path.name}.json"
+    if o.out:
+        out = Path(o.out)
+    else:  # where `seqdiff eval` writes (the run's or export's eval/), one file per energy and data file
+        sources = f"{Path(o.energy.partition(':')[2]).resolve()}\n{path.resolve()}"
+        stem = f"edlm-{energy.name}-{o.form}-{path.name}-{hashlib.sha256(sources.encode()).hexdigest()[:8]}"
+        out = eval_results_path(args.checkpoint, [], own_split=stem)
     write_atomically(out, json.dumps(report, indent=2) + "\n")
     kind = "upper bound" if o.form == "marginal" else "sequence form: the paper's estimate, not a bound"
     print(f"{report['method']} on {path} ({report['num_tokens']} tokens, {kind}):")
@@ -146,10 +176,12 @@ def cmd_edlm_train_nce(args: argparse.Namespace) -> int:
     from seqdiff.checkpoint import load_checkpoint
     from seqdiff.edlm.base import EnergyError
     from seqdiff.edlm.nce_train import NCEConfig, train_nce
+    from seqdiff.evaluation.limits import check_device
 
     o: NCEOptions = args.nce
     if o.out is None:
         raise ConfigError("seqdiff edlm train-nce needs an output file: --out FILE (nce.out=FILE)")
+    check_device(o.device)
     mdlm = load_checkpoint(args.checkpoint, device=o.device, use_ema=not o.no_ema)
     if mdlm.method.name != "mdlm":
         raise EnergyError(f"{mdlm.path} is a {mdlm.method.name!r} model; NCE trains an energy for an MDLM")

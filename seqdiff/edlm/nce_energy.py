@@ -86,6 +86,9 @@ class NCEEnergy(Energy):
                               f"{net.mask_id}); this MDLM has {mdlm.tokenizer.vocab_size} ({mdlm.tokenizer.mask_id})")
         return cls(net)
 
+    def max_length(self) -> int:
+        return self.net.model_config.max_seq_len
+
     def energy(self, x0: Tensor, xt: Tensor, log_mu: Tensor) -> Tensor:
         return self.net(x0, xt).double()
 

@@ -23,6 +23,7 @@ from seqdiff.checkpoint import LoadedModel
 from seqdiff.edlm.base import EnergyError, draw_candidates
 from seqdiff.edlm.nce_energy import EnergyNet, nce_loss, save_energy_net
 from seqdiff.optim import adamw_with_warmup, lr_multiplier
+from seqdiff.safe_io import atomic_write_text
 
 
 @dataclass
@@ -93,5 +94,5 @@ def train_nce(mdlm: LoadedModel, tokens: np.ndarray, cfg: NCEConfig, out: str | 
     net.eval()
     save_energy_net(net, out, extra={"mdlm_checkpoint": str(mdlm.path), "nce": asdict(cfg), "seq_len": seq_len,
                                      "log": log})
-    Path(str(out) + ".log.json").write_text(json.dumps(log, indent=1) + "\n")
+    atomic_write_text(str(out) + ".log.json", json.dumps(log, indent=1) + "\n", "NCE training log")
     return net, log

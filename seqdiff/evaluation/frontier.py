@@ -1,7 +1,7 @@
 """`seqdiff frontier`: the quality-speed frontier of every sampler, side by side, in one run.
 
     seqdiff frontier --checkpoint runs/mdlm --checkpoint runs/sedd --checkpoint runs/ar --oracle runs/ar-big \
-        --steps 8,16,32,64,128,256 --num-samples 16 --batch-size 1 --out reports/generation
+        --steps 8,16,32,64,128,256 --num-samples 16 --batch-size 1 --out reports/generation/my_run
 
 Each checkpoint brings the samplers of its method (`FRONTIER_SAMPLERS`: MDLM uncached ancestral, cached and
 first-hitting, ReMDM remasking (--remdm-schedule, --remdm-eta), confidence-ordered top-k and Fast-dLLM's
@@ -100,7 +100,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "from the same seed)")
     p.add_argument("--device", default="cpu", help="device to sample on: cpu, cuda, cuda:1, ...")
     p.add_argument("--no-ema", action="store_true", help="use the raw weights instead of the EMA weights")
-    p.add_argument("--out", default="reports/generation", help="report folder")
+    p.add_argument("--out", default="reports/generation/frontier",
+                   help="report folder (default: %(default)s; reports/generation holds the hand-written overview)")
     p.add_argument("--render-only", action="store_true",
                    help="only rewrite README.md and the figures from <out>/frontier.json (no sampling)")
 
@@ -187,6 +188,7 @@ def _source_name(data) -> str:
 def run_frontier(args: argparse.Namespace) -> dict[str, Any]:
     import torch
 
+    from seqdiff.evaluation.limits import check_device
     from seqdiff.evaluation.metrics import check_oracle_fits, generation_metrics, load_oracle
 
     if not args.checkpoint or not args.oracle:
@@ -200,6 +202,9 @@ def run_frontier(args: argparse.Namespace) -> dict[str, Any]:
     if args.num_samples < 1 or args.batch_size < 1 or args.num_samples % args.batch_size:
         raise ConfigError(f"--num-samples {args.num_samples} must be a positive multiple of --batch-size "
                           f"{args.batch_size}")
+    if args.length is not None and args.length < 1:
+        raise ConfigError(f"--length must be >= 1, got {args.length}")
+    check_device(args.device)
     started = time.time()
     load_start = os.getloadavg()[0]
     edlm = ({"energy": args.edlm_energy, "k": args.edlm_k, "window": args.edlm_window}
@@ -211,26 +216,30 @@ def run_frontier(args: argparse.Namespace) -> dict[str, Any]:
     arms = build_arms(args.checkpoint, args.device, not args.no_ema, edlm, options)
     if not arms:
         raise ConfigError(f"no sampler to run: give checkpoints of {sorted(FRONTIER_SAMPLERS)}")
-    length = args.length or min(a.model.seq_len for a in arms)
+    length = args.length if args.length is not None else min(a.model.seq_len for a in arms)
     oracle = load_oracle(args.oracle, device=args.device)
     for arm in arms:
         check_oracle_fits(oracle, arm.model.tokenizer, arm.path)
-    grid = []
+    grid, first = [], {}  # first: each arm's fewest steps that it runs at (its warm-up)
     for arm in arms:
         for s in steps_list if SAMPLERS[arm.sampler].uses_steps else [length]:
             try:  # options the sampler refuses at this step count (e.g. an empty ReMDM loop band): skipped
                 build_sampler(arm.sampler, arm.model.method, arm.model.backbone, steps=s, **(arm.options or {}))
             except SamplerError as e:
                 print(f"[frontier] {arm.label} at {s} steps skipped: {e}", file=sys.stderr)
+                refused = e
                 continue
             grid.append((arm, s))
+            first.setdefault(id(arm), (arm, s))
+        if id(arm) not in first:  # refused at every step count (--edlm-k 0): nothing of it would be measured
+            raise ConfigError(f"{arm.label} runs at none of --steps {args.steps}: {refused}")
     batches = args.num_samples // args.batch_size
     seconds: dict[int, list[float]] = {i: [] for i in range(len(grid))}
     tokens: dict[int, list] = {i: [] for i in range(len(grid))}
     texts: dict[int, list[str]] = {i: [] for i in range(len(grid))}
     calls: dict[int, int] = {i: 0 for i in range(len(grid))}
-    for arm in arms:  # warm-up: first calls pay for allocation and kernel selection
-        _generate(arm, min(steps_list), length, args.batch_size, seed=10**6)
+    for arm, steps in first.values():  # warm-up: first calls pay for allocation and kernel selection
+        _generate(arm, steps, length, args.batch_size, seed=10**6)
     for b in range(batches):  # interleaved: batch b of every (sampler, steps) before batch b + 1 of any
         for i, (arm, steps) in enumerate(grid):
             gen = _generate(arm, steps, length, args.batch_size, seed=args.seed * 100_003 + b)
@@ -552,6 +561,9 @@ def check_report_folder(out: Path) -> None:
     a folder without write permission, a report file name taken by a folder). Creates nothing."""
     for name in REPORT_FILES:
         check_output_file(out / name, "frontier report")
+    if (out / "README.md").is_file() and not (out / "frontier.json").is_file():
+        raise SeqdiffError(f"--out {out} holds a README.md that no `seqdiff frontier` wrote (no frontier.json "
+                           f"beside it); the report would replace it: name another folder, e.g. {out / 'new'}")
 
 
 def render_existing(out: Path) -> dict[str, Any]:
