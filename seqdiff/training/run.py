@@ -37,7 +37,7 @@ from pathlib import Path
 import lightning as L
 import torch
 import yaml
-from lightning.pytorch.callbacks import ModelCheckpoint, TQDMProgressBar
+from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.strategies import StrategyRegistry
 from lightning.pytorch.utilities.rank_zero import rank_zero_only, rank_zero_warn
@@ -70,6 +70,7 @@ from seqdiff.training.guards import (  # noqa: F401 (RunError is imported from h
 from seqdiff.training.lock import RunLock
 from seqdiff.training.module import SeqDiffModule, check_micro_batch
 from seqdiff.training.precision import resolve_precision
+from seqdiff.training.progress import ResumableProgressBar
 from seqdiff.training.resume import check_resume
 
 LAST_CHECKPOINT = Path("checkpoints") / "last.ckpt"
@@ -413,7 +414,7 @@ def train(config: RunConfig, run_dir: str | Path, resume: bool = False,
     if clip_search is not None:
         callbacks.append(clip_search)
     if tcfg.progress_bar:
-        callbacks.append(TQDMProgressBar(refresh_rate=max(1, tcfg.log_every)))
+        callbacks.append(ResumableProgressBar(refresh_rate=max(1, tcfg.log_every)))
     callbacks += extra_callbacks or []
     loggers = [ResumableCSVLogger(save_dir=str(run_dir), name="logs", resume_step=resume_step)]
     if tcfg.wandb:
