@@ -1015,6 +1015,16 @@ def _check_out(options: typing.Any, section: str, checkpoint: str | None) -> Non
                                  f"output there would destroy it, name another file")
 
 
+def _stdout_to_devnull() -> None:
+    """Point stdout at /dev/null, so that Python's own flush at exit finds no closed pipe to complain about."""
+    import os
+
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):  # a stdout without a file descriptor (a caller's capture): nothing to point
+        pass
+
+
 def main(argv: list[str] | None = None) -> int:
     """`argv` None: the command line's (the `seqdiff` program), and commands that report wall-clock time count it
     from this process's start; otherwise from this call's (a caller's process started long before)."""
@@ -1031,7 +1041,12 @@ def main(argv: list[str] | None = None) -> int:
     args._started = started
     try:
         resolve_options(args)
-        return args._command.handler(args)
+        status = args._command.handler(args)
+        sys.stdout.flush()  # a reader that left (`| head`) shows here, not in Python's flush at exit
+        return status
+    except BrokenPipeError:  # `seqdiff data list | head -2`: the reader has what it wanted; nothing went wrong
+        _stdout_to_devnull()
+        return 141  # 128 + SIGPIPE: what a shell reports for a command whose reader closed the pipe
     except SeqdiffError as e:  # a user error: one line; anything else is a bug and keeps its traceback
         print(f"seqdiff {args.command}: error: {e}", file=sys.stderr)
         return 2
