@@ -43,6 +43,7 @@ from seqdiff.options import (
     add_flags,
     key_lines,
     resolve,
+    run_config_file,
     saved_section,
     split_overrides,
 )
@@ -430,9 +431,16 @@ def cmd_sample(args: argparse.Namespace) -> int:
     _refuse_unused_block_options(args, cfg, model, context)
     if cfg.sampler == "edlm":  # importance sampling with an energy (seqdiff.samplers.edlm_importance)
         from seqdiff.edlm import load_energy
+        from seqdiff.edlm.base import check_energy_length
+        from seqdiff.evaluation.generate import in_blocks
 
-        options = {"energy": load_energy(o.energy, model, o.device) if o.energy else None,
-                   "k": o.edlm_k, "window": o.edlm_window}
+        energy = load_energy(o.energy, model, o.device) if o.energy else None
+        if energy is not None:  # it reads each sample, or each semi-autoregressive block of one, whole
+            read = cfg.seq_len or model.seq_len
+            blocks = in_blocks(cfg, SAMPLERS["edlm"], read, context)
+            check_energy_length(energy, f"--energy {o.energy}", min(model.seq_len, context) if blocks else read,
+                                "blocks each sample is drawn in" if blocks else "samples to draw")
+        options = {"energy": energy, "k": o.edlm_k, "window": o.edlm_window}
     gen = generate(model, cfg, progress=True, given=given, sampler_options=options)
     fasta = o.format == "fasta" or (o.format == "auto" and model.tokenizer.unit == "base")
     text = format_samples(gen, fasta=fasta)
@@ -981,7 +989,7 @@ def resolve_options(args: argparse.Namespace) -> None:
         return
     section, cls = command.options
     saved = saved_section(args.checkpoint, section) if hasattr(args, "checkpoint") else None
-    options = resolve(section, cls, args, saved)
+    options = resolve(section, cls, args, saved, run_config_file(args.checkpoint) if saved else None)
     if getattr(cls, "out_is_file", False) and getattr(options, "out", None):
         _check_out(options, section, getattr(args, "checkpoint", None))
     setattr(args, section, options)

@@ -536,8 +536,8 @@ class SampleConfig:
         if not 0.0 <= self.remdm_eta <= 1.0:
             raise ConfigError(f"sample.remdm_eta (--remdm-eta) must lie in [0, 1], got {self.remdm_eta}")
         if not 0.0 < self.remdm_t_off < self.remdm_t_on < 1.0:
-            raise ConfigError(f"sample.remdm_t_off, sample.remdm_t_on (--remdm-t-off, --remdm-t-on) need "
-                              f"0 < t_off < t_on < 1, got {self.remdm_t_off}, {self.remdm_t_on}")
+            raise ConfigError(f"sample.remdm_t_off (--remdm-t-off) and sample.remdm_t_on (--remdm-t-on) need "
+                              f"0 < t_off < t_on < 1, got {self.remdm_t_off} and {self.remdm_t_on}")
         if not 0.0 < self.remdm_alpha_on < 1.0:
             raise ConfigError(f"sample.remdm_alpha_on (--remdm-alpha-on) must lie in (0, 1), got {self.remdm_alpha_on}")
         if not 0.0 < self.threshold <= 1.0:
@@ -833,8 +833,11 @@ def _deepcopy_dict(d: dict[str, Any]) -> dict[str, Any]:
 
 
 def load_yaml(path: str | Path) -> dict[str, Any]:
-    """Read a YAML recipe; a missing, empty or malformed file fails naming the file."""
+    """Read a YAML recipe; a missing, empty or malformed file, or a folder, fails naming the file."""
     path = Path(path)
+    if path.is_dir():  # a run directory names its recipe: RUN/config.yaml
+        hint = f"; the run's recipe is {path / 'config.yaml'}" if (path / "config.yaml").is_file() else ""
+        raise ConfigError(f"config file {path} is a directory, not a YAML recipe{hint}")
     if not path.is_file():
         raise ConfigError(f"config file {path} does not exist")
     try:

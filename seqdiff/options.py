@@ -399,11 +399,13 @@ def _flag_value(raw: Any, tp: Any) -> Any:
         return raw  # the type check below names the flag and the value
 
 
-def resolve(section: str, cls: type, args: argparse.Namespace, saved: dict[str, Any] | None = None) -> Any:
-    """The typed options of `section`: defaults < `saved` (the run's section) < args.overrides and flags.
+def resolve(section: str, cls: type, args: argparse.Namespace, saved: dict[str, Any] | None = None,
+            saved_from: str | Path | None = None) -> Any:
+    """The typed options of `section`: defaults < `saved` (the run's section, read from the file `saved_from`) <
+    args.overrides and flags.
 
     Unknown keys, sections other than `section` and bad values fail with one ConfigError line naming the key
-    (or the flag the user typed) and what is allowed."""
+    (or the flag the user typed, or the file a saved value was read from) and what is allowed."""
     given = vars(args)
     flags = {key.split(".", 1)[1]: value for key, value in given.items() if key.startswith(section + ".")}
     overrides = list(given.get("overrides") or [])
@@ -426,11 +428,25 @@ def resolve(section: str, cls: type, args: argparse.Namespace, saved: dict[str, 
         return from_dict(cls, data, prefix=section + ".")
     except ConfigError as e:
         message = str(e)
-        for key in flags:  # name what the user typed: "--steps must be >= 1, got 0 (sample.steps)"
+        if saved_from is not None and message == _refusal(section, cls, saved or {}):  # the saved value's fault
+            raise ConfigError(f"{saved_from}: {message}") from None
+        for key in flags:  # name what the user typed: "--steps must be >= 1, got 0 (sample.steps)"; a message
+            # that names the flag already ("sample.remdm_eta (--remdm-eta) must ...") is left as it is
+            if len(names[key]) != 1 or re.search(rf"{re.escape(names[key][0])}(?![\w-])", message):
+                continue
             pattern = rf"{re.escape(section + '.' + key)}(?![\w(]| \()"
-            if len(names[key]) == 1 and re.search(pattern, message):
+            if re.search(pattern, message):
                 message = re.sub(pattern, names[key][0], message) + f" ({section}.{key})"
         raise ConfigError(message) from None
+
+
+def _refusal(section: str, cls: type, values: dict[str, Any]) -> str | None:
+    """The error `values` alone meet as options of `section` (None: they are valid)."""
+    try:
+        from_dict(cls, dict(values), prefix=section + ".")
+    except ConfigError as e:
+        return str(e)
+    return None
 
 
 def explicit_keys(section: str, args: argparse.Namespace) -> set[str]:

@@ -211,6 +211,27 @@ def atomic_directory(path: str | Path, what: str = "folder", prefix: str | None 
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def scratch_prefix(name: str) -> str:
+    """`.<name>.tmp-<pid>-`: the name prefix of a scratch folder of this process (a cache build, a fetch's
+    download), which `remove_stale_scratch` removes once this process is gone (killed outright: kill -9)."""
+    return f".{name}.tmp-{os.getpid()}-"
+
+
+def remove_stale_scratch(root: str | Path) -> None:
+    """Remove the scratch folders in `root` (named by `scratch_prefix`) whose process no longer runs; those of
+    running processes (this one, another build or fetch at work) are left alone."""
+    for tmp in Path(root).glob(".*.tmp-*"):
+        pid = tmp.name.rsplit(".tmp-", 1)[1].split("-", 1)[0]
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(tmp, ignore_errors=True)
+        except OSError:  # another user's live process
+            pass
+
+
 def _move_into_place(tmp: Path, path: Path, accept_existing: Callable[[Path], bool] | None) -> None:
     old = path.with_name(f".{path.name}.old-{os.getpid()}")
     moved = False
@@ -238,4 +259,5 @@ def atomic_torch_save(obj: Any, path: str | Path, what: str = "checkpoint") -> P
 
 
 __all__ = ["WriteError", "atomic_directory", "atomic_save_figure", "atomic_torch_save", "atomic_write",
-           "atomic_write_bytes", "atomic_write_text", "ensure_dir", "find_os_error", "is_special", "os_cause"]
+           "atomic_write_bytes", "atomic_write_text", "ensure_dir", "find_os_error", "is_special", "os_cause",
+           "remove_stale_scratch", "scratch_prefix"]

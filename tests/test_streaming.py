@@ -185,7 +185,7 @@ def test_interrupted_build_leaves_no_cache(tmp_path, data_home, monkeypatch):
     np.testing.assert_array_equal(arrays["blocks"], memory["blocks"])
     assert not dead.exists() and len(list((data_home / "cache").iterdir())) == 1
     assert not cache._problems(next((data_home / "cache").iterdir()))
-    assert os.getpid()  # the running process' own temporary folders are never removed (see _remove_stale_builds)
+    assert os.getpid()  # the running process' own temporary folders are never removed (remove_stale_scratch)
 
 
 def test_empty_sources_fail_clearly(tmp_path):

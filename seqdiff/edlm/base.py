@@ -66,6 +66,16 @@ class Energy(ABC):
                               for i in range(0, x0.shape[0], chunk)])
 
 
+def check_energy_length(energy: Energy, given_as: str, length: int, what: str) -> None:
+    """Refuse, in one line and before any work, an energy that cannot read sequences of `length` tokens (its
+    network's context is shorter). `given_as`: the option as the user gave it (`--energy ar:RUN`); `what`: the
+    sequences, after `the {length}-token` (`blocks RUN scores`)."""
+    limit = energy.max_length()
+    if limit is not None and limit < length:
+        raise EnergyError(f"{given_as}: it reads at most {limit} tokens (its model.max_seq_len), fewer than the "
+                          f"{length}-token {what}")
+
+
 def masked_log_mu(probs: Tensor, x0: Tensor, xt: Tensor, mask_id: int) -> Tensor:
     """log mu(x0 | x_t) = sum over masked positions of log mu_l(x0^l | x_t) (SUBS: the carried-over unmasked
     positions contribute log 1 = 0). probs (N, L, V) float64, x0 and xt (N, L) -> (N,) float64."""

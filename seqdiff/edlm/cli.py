@@ -114,13 +114,10 @@ def _data_tokens(o: EdlmEvalOptions | NCEOptions, model):
 def _check_energy_fits(o: EdlmEvalOptions, energy, mdlm, num_tokens: int) -> None:
     """Refuse, before scoring, an energy that cannot read the MDLM's blocks and a batch of n candidates per block
     that cannot fit in memory (int64 ids and float64 probabilities of each candidate token, roughly)."""
-    from seqdiff.edlm.base import EnergyError
+    from seqdiff.edlm.base import check_energy_length
     from seqdiff.evaluation.limits import available_memory
 
-    limit = energy.max_length()
-    if limit is not None and limit < mdlm.seq_len:
-        raise EnergyError(f"--energy {o.energy}: it reads at most {limit} tokens (its model.max_seq_len), fewer than "
-                          f"the {mdlm.seq_len}-token blocks {mdlm.path} scores")
+    check_energy_length(energy, f"--energy {o.energy}", mdlm.seq_len, f"blocks {mdlm.path} scores")
     blocks = min(o.batch_size, -(-num_tokens // mdlm.seq_len))
     need, have = blocks * o.num_partition_samples * mdlm.seq_len * 48, available_memory()
     if have and need > 0.9 * have:

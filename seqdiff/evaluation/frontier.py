@@ -188,6 +188,7 @@ def _source_name(data) -> str:
 def run_frontier(args: argparse.Namespace) -> dict[str, Any]:
     import torch
 
+    from seqdiff.edlm.base import check_energy_length
     from seqdiff.evaluation.limits import check_device
     from seqdiff.evaluation.metrics import check_oracle_fits, generation_metrics, load_oracle
 
@@ -217,6 +218,10 @@ def run_frontier(args: argparse.Namespace) -> dict[str, Any]:
     if not arms:
         raise ConfigError(f"no sampler to run: give checkpoints of {sorted(FRONTIER_SAMPLERS)}")
     length = args.length if args.length is not None else min(a.model.seq_len for a in arms)
+    for arm in arms:
+        if arm.sampler == "edlm":  # the energy reads every sample whole
+            check_energy_length(arm.options["energy"], f"--edlm-energy {args.edlm_energy}", length,
+                                f"samples drawn from {arm.path}")
     oracle = load_oracle(args.oracle, device=args.device)
     for arm in arms:
         check_oracle_fits(oracle, arm.model.tokenizer, arm.path)

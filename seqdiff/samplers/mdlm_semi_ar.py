@@ -22,7 +22,7 @@ def block_starts(total_len: int, block_len: int, overlap: int) -> list[int]:
     if block_len < 1 or total_len < 1:
         raise SamplerError(f"lengths must be >= 1, got total {total_len}, block {block_len}")
     if not 0 <= overlap < block_len:
-        raise SamplerError(f"sample.overlap={overlap} must lie in [0, block length {block_len})")
+        raise SamplerError(f"--overlap (sample.overlap)={overlap} must lie in [0, block length {block_len})")
     stride = block_len - overlap
     starts = [0]
     while starts[-1] + block_len < total_len:
