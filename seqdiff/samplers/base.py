@@ -173,6 +173,15 @@ class Sampler(ABC):
         are); returns (x with no MASK left, denoiser calls). Samplers with `block_methods` implement it."""
         raise NotImplementedError(f"sampler {self.name!r} has no reverse_process")
 
+    def reverse_from_masks(self, batch_size: int, seq_len: int, generator: torch.Generator | None,
+                           given: Tensor | None) -> SampleOutput:
+        """`generate` of a sampler whose whole update is its `reverse_process`: that process from all MASK (the
+        given tokens revealed) with the whole-sequence denoiser."""
+        device, given = self.prepare(batch_size, seq_len, given)
+        x = self.masked_start(batch_size, seq_len, given, device)  # (B, L); given tokens stay revealed
+        x, calls = self.reverse_process(x, self.denoiser(), generator)
+        return SampleOutput(tokens=x, num_denoiser_calls=calls)
+
     @abstractmethod
     @torch.no_grad()
     def generate(self, batch_size: int, seq_len: int, generator: torch.Generator | None = None) -> SampleOutput:

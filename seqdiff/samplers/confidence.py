@@ -80,10 +80,7 @@ class ConfidenceSampler(MDLMAncestralSampler):
     @torch.no_grad()
     def generate(self, batch_size: int, seq_len: int, generator: torch.Generator | None = None,
                  given: Tensor | None = None) -> SampleOutput:
-        device, given = self.prepare(batch_size, seq_len, given)
-        x = self.masked_start(batch_size, seq_len, given, device)  # (B, L); given tokens stay revealed
-        x, calls = self.reverse_process(x, self.denoiser(), generator)
-        return SampleOutput(tokens=x, num_denoiser_calls=calls)
+        return self.reverse_from_masks(batch_size, seq_len, generator, given)
 
     @torch.no_grad()
     def reverse_process(self, x: Tensor, denoise: Denoiser, generator: torch.Generator | None) -> tuple[Tensor, int]:
