@@ -118,6 +118,20 @@ def data_source():
     return fetch_source
 
 
+@pytest.fixture
+def refused(capsys):
+    """`refused(argv)`: `seqdiff argv` must exit 2 with one error line and no traceback; returns that line."""
+    from seqdiff.cli import main
+
+    def run(argv: list[str]) -> str:
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.count("error:") == 1 and "Traceback" not in err, err
+        return err.strip().splitlines()[-1]
+
+    return run
+
+
 def real_home() -> str | None:
     """The HOME this session replaced (for tests that check that nothing is written there)."""
     return _REAL_HOME

@@ -21,14 +21,6 @@ def _step(path):
     return torch.load(path, weights_only=False, map_location="cpu")["global_step"]
 
 
-def _error(capsys, argv):
-    """The one stderr line of a refused command."""
-    assert main(argv) == 2
-    err = capsys.readouterr().err
-    assert err.count("error:") == 1 and "Traceback" not in err, err
-    return err.strip().splitlines()[-1]
-
-
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     """A finished two-step run of the default character (text8) tokenizer: last.ckpt and step2.ckpt."""
@@ -38,7 +30,7 @@ def run(tmp_path_factory):
 
 
 # ------------------------------------------------------------------ 1. `train --resume` without --run-dir
-def test_plain_resume_reads_the_recipe_saved_in_the_default_run_dir(tmp_path, monkeypatch, capsys):
+def test_plain_resume_reads_the_recipe_saved_in_the_default_run_dir(tmp_path, monkeypatch, capsys, refused):
     """`seqdiff train --resume` (no --config, no --run-dir) continues runs/<name> with its saved config.yaml, as
     `--run-dir runs/<name> --resume` does, instead of comparing the built-in defaults with it."""
     monkeypatch.chdir(tmp_path)
@@ -48,20 +40,20 @@ def test_plain_resume_reads_the_recipe_saved_in_the_default_run_dir(tmp_path, mo
     assert "another recipe" not in capsys.readouterr().err
     assert _step(tmp_path / "runs" / "run" / "checkpoints" / "last.ckpt") == 3
     # the recipe's name picks the folder; a changed recipe is still refused
-    err = _error(capsys, ["train", "--resume", "name=other", "train.max_steps=3"])
+    err = refused(["train", "--resume", "name=other", "train.max_steps=3"])
     assert "no checkpoint at runs/other/checkpoints/last.ckpt" in err
-    assert "model.n_layers: 2 -> 3" in _error(capsys, ["train", "--resume", "model.n_layers=3", "train.max_steps=4"])
+    assert "model.n_layers: 2 -> 3" in refused(["train", "--resume", "model.n_layers=3", "train.max_steps=4"])
 
 
 # ------------------------------------------------------------------ 2. a relative data file, resumed elsewhere
 def test_a_relative_data_file_missing_on_resume_says_where_it_is_read_and_how_to_give_it(tmp_path, monkeypatch,
-                                                                                          capsys):
+                                                                                          capsys, refused):
     monkeypatch.chdir(tmp_path)
     shutil.copy(FIXTURE, tmp_path / "my_text.txt")
     assert main(["train", "--run-dir", "runs/own", *RECIPE, "data.train_file=my_text.txt", "train.max_steps=2"]) == 0
     monkeypatch.chdir(tmp_path / "runs")
     capsys.readouterr()
-    err = _error(capsys, ["train", "--run-dir", "own", "--resume", "train.max_steps=3"])
+    err = refused(["train", "--run-dir", "own", "--resume", "train.max_steps=3"])
     assert "data.train_file=my_text.txt: no such file" in err
     assert f"a relative path is read from the current directory ({tmp_path / 'runs'})" in err
     assert err.endswith("give the file again on resume: data.train_file=../my_text.txt"), err
@@ -74,7 +66,7 @@ def test_a_relative_data_file_missing_on_resume_says_where_it_is_read_and_how_to
     assert "resuming with" not in capsys.readouterr().err
     assert _step(tmp_path / "runs" / "own" / "checkpoints" / "last.ckpt") == 4
     # a fresh run: where the path is read from, no resume advice
-    err = _error(capsys, ["train", "--run-dir", "fresh", *RECIPE, "data.valid_file=nope.txt"])
+    err = refused(["train", "--run-dir", "fresh", *RECIPE, "data.valid_file=nope.txt"])
     assert err.endswith(f"data.valid_file=nope.txt: no such file; a relative path is read from the current "
                         f"directory ({tmp_path / 'runs'})"), err
     assert not (tmp_path / "runs" / "fresh").exists()
@@ -82,15 +74,15 @@ def test_a_relative_data_file_missing_on_resume_says_where_it_is_read_and_how_to
 
 # ------------------------------------------------------------------ 3. --run-dir ""
 @pytest.mark.parametrize("value", ["", " "])
-def test_an_empty_run_dir_is_refused(value, tmp_path, monkeypatch, capsys):
+def test_an_empty_run_dir_is_refused(value, tmp_path, monkeypatch, capsys, refused):
     monkeypatch.chdir(tmp_path)
-    err = _error(capsys, ["train", "--run-dir", value, *RECIPE, "train.max_steps=1"])
+    err = refused(["train", "--run-dir", value, *RECIPE, "train.max_steps=1"])
     assert err.startswith("seqdiff train: error: --run-dir is empty"), err
     assert not (tmp_path / "runs").exists()
 
 
 # ------------------------------------------------------------------ 4. a truncated checkpoint
-def test_a_truncated_checkpoint_is_named_in_a_whole_message(run, tmp_path, capsys):
+def test_a_truncated_checkpoint_is_named_in_a_whole_message(run, tmp_path, capsys, refused):
     copy = tmp_path / "run"
     shutil.copytree(run, copy)
     last = copy / "checkpoints" / "last.ckpt"
@@ -105,35 +97,35 @@ def test_a_truncated_checkpoint_is_named_in_a_whole_message(run, tmp_path, capsy
             f"{copy / 'checkpoints' / 'step2.ckpt'} (step 2)") in err, err
     (copy / "checkpoints" / "step2.ckpt").unlink()
     for argv in (["eval", str(copy)], ["sample", str(copy)], ["train", "--run-dir", str(copy), "--resume"]):
-        err = _error(capsys, argv)
+        err = refused(argv)
         assert f"checkpoint {last} cannot be read: it is truncated or not a torch file (1,000 bytes; " in err, err
         assert "corru" not in err and "miniz" not in err
         assert err.endswith("failed finding central directory); no step*.ckpt beside it to fall back to"), err
 
 
 # ------------------------------------------------------------------ 5. export RUN/checkpoints
-def test_export_of_a_checkpoints_folder_names_it_and_what_was_expected(run, tmp_path, capsys):
+def test_export_of_a_checkpoints_folder_names_it_and_what_was_expected(run, tmp_path, capsys, refused):
     folder = run / "checkpoints"
-    err = _error(capsys, ["export", str(folder), str(tmp_path / "out")])
+    err = refused(["export", str(folder), str(tmp_path / "out")])
     assert (f"{folder} is a folder of checkpoints, not a run directory: give the run directory {run} or one "
             f"checkpoint file in it, e.g. {folder / 'last.ckpt'}") in err, err
     empty = tmp_path / "empty"
     empty.mkdir()
-    err = _error(capsys, ["export", str(empty), str(tmp_path / "out")])
+    err = refused(["export", str(empty), str(tmp_path / "out")])
     assert (f"{empty} is a directory, but not a seqdiff run directory (no {empty / 'checkpoints' / 'last.ckpt'}) "
             f"nor a model exported by `seqdiff export` (no {empty / 'config.json'} + model.safetensors)") in err, err
     assert not (tmp_path / "out").exists()
 
 
 # ------------------------------------------------------------------ 6. a prompt outside the alphabet
-def test_a_prompt_outside_a_text8_alphabet_names_the_option_the_characters_and_the_rule(run, capsys):
-    err = _error(capsys, ["sample", str(run), "--prompt", "Romeo, ", "--num-samples", "1"])
+def test_a_prompt_outside_a_text8_alphabet_names_the_option_the_characters_and_the_rule(run, capsys, refused):
+    err = refused(["sample", str(run), "--prompt", "Romeo, ", "--num-samples", "1"])
     assert "error: --prompt: characters outside the tokenizer's alphabet: ','" in err, err
     assert "training and eval normalize text" in err and "sampling takes --prompt as written" in err
     assert err.endswith("e.g. 'romeo ' as the model saw such text in training"), err
-    err = _error(capsys, ["sample", str(run), "sample.prompt=Romeo!", "--num-samples", "1"])
+    err = refused(["sample", str(run), "sample.prompt=Romeo!", "--num-samples", "1"])
     assert "error: sample.prompt: characters outside the tokenizer's alphabet: '!'" in err, err
-    err = _error(capsys, ["sample", str(run), "--infill", "Romeo, ___", "--num-samples", "1"])
+    err = refused(["sample", str(run), "--infill", "Romeo, ___", "--num-samples", "1"])
     assert "error: --infill: characters outside the tokenizer's alphabet: ','" in err, err
 
 

@@ -18,14 +18,6 @@ BENCH = ["--preset", "test", "--seq-len", "8", "--batch-size", "1", "--repeats",
          "--sample-batches", "1", "--sample-repeats", "1", "--sample-budget-s", "1", "--matmul-size", "8"]
 
 
-def _error(capsys, argv) -> str:
-    """The one stderr line of a refused command."""
-    assert main(argv) == 2
-    err = capsys.readouterr().err
-    assert err.count("error:") == 1 and "Traceback" not in err, err
-    return err.strip().splitlines()[-1]
-
-
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """An MDLM of 32-token blocks, an AR model that reads 64 tokens and one that reads only 16."""
@@ -47,28 +39,28 @@ def no_work(monkeypatch):
 
 
 # ------------------------------------------------------------------ edlm
-def test_a_negative_nce_learning_rate_is_one_line(runs, capsys):
-    line = _error(capsys, ["edlm", "train-nce", str(runs / "mdlm"), "--lr", "-1", "--out", str(runs / "e.pt")])
+def test_a_negative_nce_learning_rate_is_one_line(runs, capsys, refused):
+    line = refused(["edlm", "train-nce", str(runs / "mdlm"), "--lr", "-1", "--out", str(runs / "e.pt")])
     assert "--lr must be >= 0, got -1.0" in line
 
 
 @pytest.mark.parametrize("command", [["edlm", "eval", "RUN", "--energy", "coar:RUN"],
                                      ["edlm", "train-nce", "RUN", "--out", "OUT/e.pt"]])
 @pytest.mark.parametrize("device", ["banana", "mps"])
-def test_a_device_that_is_not_here_is_one_line(runs, capsys, command, device):
+def test_a_device_that_is_not_here_is_one_line(runs, capsys, command, device, refused):
     argv = [a.replace("RUN", str(runs / "mdlm")).replace("OUT", str(runs)) for a in command]
-    assert f"--device {device}" in _error(capsys, [*argv, "--device", device]).replace("'", "")
+    assert f"--device {device}" in refused([*argv, "--device", device]).replace("'", "")
 
 
-def test_an_ar_energy_that_reads_fewer_tokens_than_the_blocks_is_named(runs, capsys):
-    line = _error(capsys, ["edlm", "eval", str(runs / "mdlm"), "--energy", f"coar:{runs / 'short_ar'}",
+def test_an_ar_energy_that_reads_fewer_tokens_than_the_blocks_is_named(runs, capsys, refused):
+    line = refused(["edlm", "eval", str(runs / "mdlm"), "--energy", f"coar:{runs / 'short_ar'}",
                            "--out", str(runs / "o.json")])
     assert "reads at most 16 tokens" in line and "32-token blocks" in line
     assert not (runs / "o.json").exists()
 
 
-def test_partition_samples_beyond_memory_are_refused_before_scoring(runs, capsys):
-    line = _error(capsys, ["edlm", "eval", str(runs / "mdlm"), "--energy", f"ar:{runs / 'ar'}",
+def test_partition_samples_beyond_memory_are_refused_before_scoring(runs, capsys, refused):
+    line = refused(["edlm", "eval", str(runs / "mdlm"), "--energy", f"ar:{runs / 'ar'}",
                            "--num-partition-samples", str(10**9), "--out", str(runs / "o.json")])
     assert "--num-partition-samples 1000000000" in line and "GiB" in line
 
@@ -102,17 +94,17 @@ def test_interrupted_edlm_commands_say_nothing_was_written(runs, monkeypatch, ca
 
 
 # ------------------------------------------------------------------ bench
-def test_a_bench_out_that_cannot_hold_the_report_is_refused_before_the_benchmark(tmp_path, capsys, no_work):
+def test_a_bench_out_that_cannot_hold_the_report_is_refused_before_the_benchmark(tmp_path, capsys, no_work, refused):
     notes = tmp_path / "notes.txt"
     notes.write_text("mine")
     for out in (notes, notes / "sub"):
-        assert "notes.txt is a file" in _error(capsys, ["bench", *BENCH, "--out", str(out)])
+        assert "notes.txt is a file" in refused(["bench", *BENCH, "--out", str(out)])
     assert notes.read_text() == "mine"
 
 
 @pytest.mark.parametrize("device", ["banana", "mps"])
-def test_a_bench_device_that_is_not_here_is_one_line(tmp_path, capsys, no_work, device):
-    assert f"--device {device}" in _error(capsys, ["bench", *BENCH, "--device", device,
+def test_a_bench_device_that_is_not_here_is_one_line(tmp_path, capsys, no_work, device, refused):
+    assert f"--device {device}" in refused(["bench", *BENCH, "--device", device,
                                                    "--out", str(tmp_path)]).replace("'", "")
     assert harness.main([*BENCH, "--device", device, "--out", str(tmp_path)]) == 2  # python -m seqdiff.bench.harness
     assert "Traceback" not in capsys.readouterr().err
@@ -134,9 +126,9 @@ def test_interrupted_bench_says_nothing_was_written(tmp_path, monkeypatch, capsy
 
 
 # ------------------------------------------------------------------ frontier
-def test_frontier_never_replaces_a_readme_it_did_not_write(tmp_path, capsys, no_work):
+def test_frontier_never_replaces_a_readme_it_did_not_write(tmp_path, capsys, no_work, refused):
     (tmp_path / "README.md").write_text("# hand-written\n")
-    line = _error(capsys, ["frontier", "--checkpoint", "RUN", "--oracle", "AR", "--out", str(tmp_path)])
+    line = refused(["frontier", "--checkpoint", "RUN", "--oracle", "AR", "--out", str(tmp_path)])
     assert "README.md that no `seqdiff frontier` wrote" in line
     assert (tmp_path / "README.md").read_text() == "# hand-written\n"
 
@@ -144,8 +136,8 @@ def test_frontier_never_replaces_a_readme_it_did_not_write(tmp_path, capsys, no_
 @pytest.mark.parametrize("flags, said", [(["--length", "0"], "--length must be >= 1, got 0"),
                                          (["--length", "-3"], "--length must be >= 1, got -3"),
                                          (["--device", "banana"], "--device 'banana' is not a device name")])
-def test_frontier_nonsense_is_refused_before_loading(tmp_path, capsys, no_work, flags, said):
-    assert said in _error(capsys, ["frontier", "--checkpoint", "RUN", "--oracle", "AR", "--steps", "2",
+def test_frontier_nonsense_is_refused_before_loading(tmp_path, capsys, no_work, flags, said, refused):
+    assert said in refused(["frontier", "--checkpoint", "RUN", "--oracle", "AR", "--steps", "2",
                                    "--num-samples", "1", *flags, "--out", str(tmp_path / "report")])
 
 
@@ -162,5 +154,5 @@ def test_a_sampler_refused_at_the_fewest_steps_is_skipped_not_fatal(runs, tmp_pa
 
 # ------------------------------------------------------------------ config
 @pytest.mark.parametrize("extra", [["--config", "configs/quickstart.yaml"], ["model.n_layers=3"]])
-def test_config_keys_with_a_recipe_or_overrides_is_refused(capsys, extra):
-    assert "--keys lists every key and reads no recipe" in _error(capsys, ["config", "--keys", *extra])
+def test_config_keys_with_a_recipe_or_overrides_is_refused(capsys, extra, refused):
+    assert "--keys lists every key and reads no recipe" in refused(["config", "--keys", *extra])
