@@ -125,3 +125,41 @@ def test_every_field_has_a_docstring():
             docs = field_help(cls)
             missing = [f.name for f in dataclasses.fields(cls) if f.name not in docs]
             assert not missing, (cls.__name__, missing)
+
+
+# ------------------------------------------------------------------ method.* keys another method alone reads
+@pytest.mark.parametrize("method, key, value, owner", [
+    ("mdlm", "block_size", 16, "bd3lm"), ("ar", "clip_min", 0.3, "bd3lm"),
+    ("sedd", "clip_search", [[0.3, 0.8]], "bd3lm"), ("mdlm", "graph", "uniform", "sedd"),
+    ("bd3lm", "scale_by_sigma", False, "sedd"), ("d3pm", "graph", "uniform", "sedd"),
+])
+def test_a_key_only_another_method_reads_is_named(method, key, value, owner):
+    from seqdiff.methods import build_method, foreign_keys
+    from seqdiff.tokenizers import build_tokenizer
+
+    tokenizer = build_tokenizer(RunConfig().data.tokenizer)
+    extra = {"num_timesteps": 8} if method == "d3pm" else {}
+    config = dataclasses.replace(RunConfig().method, name=method, **extra)
+    assert foreign_keys(config, build_method(config, tokenizer)) == []  # the defaults
+    config = dataclasses.replace(config, **{key: value})
+    assert foreign_keys(config, build_method(config, tokenizer)) == [
+        f"method.{key}={value} is read by method.name={owner} only; method.name={method} ignores it"]
+
+
+def test_a_method_reads_its_own_keys_and_those_of_the_method_it_extends():
+    from seqdiff.methods import build_method, foreign_keys
+    from seqdiff.tokenizers import build_tokenizer
+
+    tokenizer = build_tokenizer(RunConfig().data.tokenizer)
+    bd3lm = dataclasses.replace(RunConfig().method, name="bd3lm", block_size=8, clip_min=0.3, time_sampling="uniform")
+    assert foreign_keys(bd3lm, build_method(bd3lm, tokenizer)) == []  # its own, and MDLM's time sampling
+    sedd = dataclasses.replace(RunConfig().method, name="sedd", graph="uniform", scale_by_sigma=False)
+    assert foreign_keys(sedd, build_method(sedd, tokenizer)) == []
+
+
+def test_config_warns_of_a_key_the_method_ignores(capsys):
+    from seqdiff.cli import main
+
+    assert main(["config", "method.name=mdlm", "method.block_size=16"]) == 0
+    assert ("seqdiff: warning: method.block_size=16 is read by method.name=bd3lm only; method.name=mdlm ignores it"
+            in capsys.readouterr().err)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import sys
 
 from torch import nn
 
@@ -70,10 +71,26 @@ def check_trainable(config, tokenizer: Tokenizer) -> Method:
     if config.data.seq_len > config.model.max_seq_len:
         raise ConfigError(f"data.seq_len={config.data.seq_len} exceeds model.max_seq_len={config.model.max_seq_len}")
     method = build_method(config.method, tokenizer)
+    for note in foreign_keys(config.method, method):  # said before training, where the recipe is read
+        print(f"seqdiff: warning: {note}", file=sys.stderr)
     method.check_recipe(config)
     check_packing(config, method)
     resolve_model_config(config.model, method)  # time conditioning the method cannot feed
     return method
+
+
+def foreign_keys(config: MethodConfig, method: Method) -> list[str]:
+    """The method.* keys that only another method reads (`Method.own_keys`), set away from their defaults: this
+    one ignores them (method.block_size=16 under method.name=mdlm trains no blocks), one line each. Not an error:
+    a recipe shared by several methods (experiments.compare_methods) holds every method's keys."""
+    defaults, notes = MethodConfig(), []
+    for name, cls in METHODS.items():
+        if isinstance(method, cls):  # its own keys, and those of the methods it extends
+            continue
+        notes += [f"method.{key}={getattr(config, key)} is read by method.name={name} only; method.name="
+                  f"{method.name} ignores it" for key in cls.own_keys
+                  if key not in type(method).own_keys and getattr(config, key) != getattr(defaults, key)]
+    return notes
 
 
 def check_packing(config, method: Method) -> None:
@@ -96,4 +113,4 @@ def check_packing(config, method: Method) -> None:
 
 
 __all__ = ["AR", "D3PM", "DEFAULT_SAMPLERS", "MDLM", "METHODS", "SEDD", "Batch", "Method", "MethodOutput",
-           "build_method", "build_model", "resolve_model_config", "BD3LM", "check_packing"]
+           "build_method", "build_model", "resolve_model_config", "BD3LM", "foreign_keys", "check_packing"]

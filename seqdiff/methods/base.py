@@ -91,6 +91,9 @@ class Method(ABC):
     (method.fused_loss: mdlm with SUBS at the masked positions, ar); others need the logits themselves."""
     packable: ClassVar[bool] = False
     """Whether `loss` / `nll` take packed documents (Batch.segment_ids) and keep each document to itself."""
+    own_keys: ClassVar[tuple[str, ...]] = ()
+    """method.* keys that this method (and its subclasses) alone reads: set away from their defaults under another
+    method they are ignored, which train and `seqdiff config` say (seqdiff.methods.foreign_keys)."""
 
     def __init__(self, config, tokenizer: Tokenizer):
         self.config = config

@@ -111,6 +111,7 @@ class BD3LM(MDLM):
     """The sampler `build_sampler` picks when sample.sampler is null."""
     packable = False
     """Packed documents are refused: its block-causal x_t + x_0 mask would need the segments folded in."""
+    own_keys = ("block_size", "clip_min", "clip_max", "clip_search", "clip_search_batches")
 
     def __init__(self, config: MethodConfig, tokenizer: Tokenizer):
         super().__init__(config, tokenizer)

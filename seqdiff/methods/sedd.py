@@ -49,6 +49,7 @@ class SEDD(Method):
     default_time_conditioning = True
     packable = True
     """Packed documents: the backbone keeps attention inside each; one t per row, as MDLM (unbiased per document)."""
+    own_keys = ("graph", "scale_by_sigma")
 
     def __init__(self, config: MethodConfig, tokenizer: Tokenizer):
         super().__init__(config, tokenizer)
