@@ -163,3 +163,16 @@ def test_config_warns_of_a_key_the_method_ignores(capsys):
     assert main(["config", "method.name=mdlm", "method.block_size=16"]) == 0
     assert ("seqdiff: warning: method.block_size=16 is read by method.name=bd3lm only; method.name=mdlm ignores it"
             in capsys.readouterr().err)
+
+
+def test_the_warning_can_be_left_to_process_zero(capsys):
+    """Every process of a multi-process run checks the recipe; train lets only process 0 say what is ignored."""
+    from seqdiff.methods import check_trainable
+    from seqdiff.tokenizers import build_tokenizer
+
+    config = load_run_config(None, ["method.name=mdlm", "method.block_size=16"])
+    tokenizer = build_tokenizer(config.data.tokenizer)
+    check_trainable(config, tokenizer, warn=False)
+    assert capsys.readouterr().err == ""
+    check_trainable(config, tokenizer)
+    assert "method.block_size=16 is read by method.name=bd3lm only" in capsys.readouterr().err

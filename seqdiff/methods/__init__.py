@@ -64,14 +64,15 @@ def build_model(model: ModelConfig, method_config: MethodConfig, tokenizer: Toke
     return method, backbone, model
 
 
-def check_trainable(config, tokenizer: Tokenizer) -> Method:
+def check_trainable(config, tokenizer: Tokenizer, warn: bool = True) -> Method:
     """The recipe's method, once the checks that need only the recipe (RunConfig) and its tokenizer pass: train
     runs them before anything is written, and `seqdiff config` too, so that it never prints a recipe train would
-    refuse (bd3lm's block size must divide data.seq_len, packing needs a method that keeps documents apart)."""
+    refuse (bd3lm's block size must divide data.seq_len, packing needs a method that keeps documents apart).
+    `warn`: also say on stderr which keys the method ignores (`foreign_keys`; one process of a multi-process run)."""
     if config.data.seq_len > config.model.max_seq_len:
         raise ConfigError(f"data.seq_len={config.data.seq_len} exceeds model.max_seq_len={config.model.max_seq_len}")
     method = build_method(config.method, tokenizer)
-    for note in foreign_keys(config.method, method):  # said before training, where the recipe is read
+    for note in foreign_keys(config.method, method) if warn else ():  # before training, where the recipe is read
         print(f"seqdiff: warning: {note}", file=sys.stderr)
     method.check_recipe(config)
     check_packing(config, method)

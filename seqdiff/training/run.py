@@ -354,7 +354,7 @@ def train(config: RunConfig, run_dir: str | Path, resume: bool = False,
         if changed and rank_zero_only.rank == 0:
             print(f"seqdiff: model.init_from={config.model.init_from} sets " + ", ".join(
                 f"model.{k}={new!r} (recipe: {old!r})" for k, (old, new) in changed.items()), file=sys.stderr)
-    method = check_trainable(config, tokenizer)  # e.g. bd3lm: method.block_size | data.seq_len; packing
+    method = check_trainable(config, tokenizer, warn=rank_zero_only.rank == 0)  # e.g. bd3lm: block_size | seq_len
     if config.sample.sampler is not None and config.sample.sampler not in samplers_for(method.name):
         # the run's default sampler: refused now, not at its first `seqdiff sample`
         raise RunError(f"sample.sampler={config.sample.sampler} cannot drive models of method.name={method.name}; "
