@@ -225,25 +225,26 @@ def run_frontier(args: argparse.Namespace) -> dict[str, Any]:
     oracle = load_oracle(args.oracle, device=args.device)
     for arm in arms:
         check_oracle_fits(oracle, arm.model.tokenizer, arm.path)
-    grid, first = [], {}  # first: each arm's fewest steps that it runs at (its warm-up)
+    grid, warm_up = [], []  # warm_up: each arm at the fewest steps it runs at
     for arm in arms:
+        accepted = []
         for s in steps_list if SAMPLERS[arm.sampler].uses_steps else [length]:
             try:  # options the sampler refuses at this step count (e.g. an empty ReMDM loop band): skipped
                 build_sampler(arm.sampler, arm.model.method, arm.model.backbone, steps=s, **(arm.options or {}))
+                accepted.append(s)
             except SamplerError as e:
                 print(f"[frontier] {arm.label} at {s} steps skipped: {e}", file=sys.stderr)
                 refused = e
-                continue
-            grid.append((arm, s))
-            first.setdefault(id(arm), (arm, s))
-        if id(arm) not in first:  # refused at every step count (--edlm-k 0): nothing of it would be measured
+        if not accepted:  # refused at every step count (--edlm-k 0): nothing of it would be measured
             raise ConfigError(f"{arm.label} runs at none of --steps {args.steps}: {refused}")
+        grid += [(arm, s) for s in accepted]
+        warm_up.append((arm, accepted[0]))
     batches = args.num_samples // args.batch_size
     seconds: dict[int, list[float]] = {i: [] for i in range(len(grid))}
     tokens: dict[int, list] = {i: [] for i in range(len(grid))}
     texts: dict[int, list[str]] = {i: [] for i in range(len(grid))}
     calls: dict[int, int] = {i: 0 for i in range(len(grid))}
-    for arm, steps in first.values():  # warm-up: first calls pay for allocation and kernel selection
+    for arm, steps in warm_up:  # warm-up: first calls pay for allocation and kernel selection
         _generate(arm, steps, length, args.batch_size, seed=10**6)
     for b in range(batches):  # interleaved: batch b of every (sampler, steps) before batch b + 1 of any
         for i, (arm, steps) in enumerate(grid):
