@@ -88,7 +88,9 @@ def main(argv: list[str] | None = None) -> int:
         try:
             bench = json.loads(path.read_text())
             rows += ceiling_rows(bench, str(path.parent), args.target)
-        except (OSError, ValueError, KeyError, TypeError) as e:
+        except OSError as e:
+            p.error(f"{path}: cannot be read ({e.strerror or e})")
+        except (ValueError, KeyError, TypeError) as e:
             p.error(f"{path}: not a seqdiff bench.json with training figures ({type(e).__name__}: {e})")
     command = shlex.join(["python", "-m", "experiments.throughput_ceiling", *argv])
     args.out.mkdir(parents=True, exist_ok=True)

@@ -47,3 +47,9 @@ def test_a_file_that_is_not_a_bench_json_is_named(tmp_path, capsys):
         main([str(bad), "--out", str(tmp_path / "out")])
     assert f"{bad}: not a seqdiff bench.json" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_a_missing_file_is_named(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        main([str(tmp_path / "none.json"), "--out", str(tmp_path / "out")])
+    assert f"{tmp_path / 'none.json'}: cannot be read (No such file or directory)" in capsys.readouterr().err
