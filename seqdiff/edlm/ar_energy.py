@@ -12,7 +12,7 @@ import torch
 from torch import Tensor
 
 from seqdiff.checkpoint import LoadedModel, load_checkpoint
-from seqdiff.edlm.base import Energy, EnergyError
+from seqdiff.edlm.base import Energy, EnergyError, check_same_tokenizer
 
 
 def ar_token_log_probs(ar: LoadedModel, x0: Tensor) -> Tensor:
@@ -40,7 +40,10 @@ class AREnergy(Energy):
     @classmethod
     def load(cls, path: str, mdlm: LoadedModel, device: str = "cpu") -> AREnergy:
         """The energy of the AR checkpoint / run directory at `path`, for the MDLM `mdlm`."""
-        return cls(load_checkpoint(path, device=device), mdlm.tokenizer.vocab_size, mdlm.tokenizer.mask_id)
+        ar = load_checkpoint(path, device=device)
+        if ar.method.causal:  # a model that is not AR: __init__ says so, the telling message
+            check_same_tokenizer(f"the AR model {ar.path}", ar.tokenizer.identity(), ar.tokenizer.describe(), mdlm)
+        return cls(ar, mdlm.tokenizer.vocab_size, mdlm.tokenizer.mask_id)
 
     def row_width(self) -> int:
         return self.ar.tokenizer.vocab_size  # (rows, L, V) logits and log-probabilities per forward

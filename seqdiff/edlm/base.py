@@ -66,6 +66,18 @@ class Energy(ABC):
                               for i in range(0, x0.shape[0], chunk)])
 
 
+def check_same_tokenizer(what: str, identity: str, description: str, mdlm) -> None:
+    """Refuse an energy whose tokenizer is not the MDLM's (`identity`: its `Tokenizer.identity()`), in one line that
+    names `what` (the energy's file or run) and both tokenizers. Equal vocabulary sizes are not enough: a character
+    tokenizer over another alphabet of the same size reads the same ids as other characters."""
+    if identity == mdlm.tokenizer.identity():
+        return
+    ours = mdlm.tokenizer.describe()
+    same = " (the same size: other symbols or options)" if description == ours else ""
+    raise EnergyError(f"{what} reads tokens of another tokenizer ({description}) than the MDLM {mdlm.path} "
+                      f"({ours}){same}: an energy must share the MDLM's tokenizer")
+
+
 def check_energy_length(energy: Energy, given_as: str, length: int, what: str) -> None:
     """Refuse, in one line and before any work, an energy that cannot read sequences of `length` tokens (its
     network's context is shorter). `given_as`: the option as the user gave it (`--energy ar:RUN`); `what`: the

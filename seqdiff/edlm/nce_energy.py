@@ -25,7 +25,7 @@ from torch import Tensor, nn
 from seqdiff.backbones import build_backbone
 from seqdiff.checkpoint import CheckpointError, load_plain
 from seqdiff.config import ModelConfig, from_dict, to_dict
-from seqdiff.edlm.base import Energy, EnergyError
+from seqdiff.edlm.base import Energy, EnergyError, check_same_tokenizer
 from seqdiff.safe_io import atomic_torch_save
 
 NCE_FORMAT = "seqdiff-edlm-nce"
@@ -39,6 +39,9 @@ class EnergyNet(nn.Module):
         # the trunk reads flagged ids [0, 2V), which have no complement map: never RC-equivariant
         self.model_config = dataclasses.replace(model_config, time_conditioning=False, rc_equivariant="none")
         self.vocab_size, self.mask_id = vocab_size, mask_id
+        self.tokenizer: dict[str, str] | None = None
+        """{"identity", "description"} of the MDLM's tokenizer (`tokenizer_record`), saved with the weights so that
+        loading refuses an MDLM with another tokenizer; None in files written before it was saved."""
         self.trunk = build_backbone(self.model_config, 2 * vocab_size, causal=False)
         self.trunk.output = nn.Identity()  # only hidden states are read
         self.head = nn.Linear(self.model_config.hidden_size, 1)
@@ -81,6 +84,8 @@ class NCEEnergy(Energy):
     def load(cls, path: str, mdlm, device: str = "cpu") -> NCEEnergy:
         """The energy network saved at `path` by `seqdiff edlm train-nce` (must match the MDLM's vocabulary)."""
         net = load_energy_net(path, device)
+        if net.tokenizer is not None:  # NCE files written before session 40 store the vocabulary size only
+            check_same_tokenizer(f"NCE energy {path}", net.tokenizer["identity"], net.tokenizer["description"], mdlm)
         if net.vocab_size != mdlm.tokenizer.vocab_size or net.mask_id != mdlm.tokenizer.mask_id:
             raise EnergyError(f"NCE energy {path} was trained for vocabulary size {net.vocab_size} (mask id "
                               f"{net.mask_id}); this MDLM has {mdlm.tokenizer.vocab_size} ({mdlm.tokenizer.mask_id})")
@@ -93,10 +98,15 @@ class NCEEnergy(Energy):
         return self.net(x0, xt).double()
 
 
+def tokenizer_record(tokenizer) -> dict[str, str]:
+    """What an NCE file keeps of its MDLM's tokenizer: enough to refuse another one, not the vocabulary itself."""
+    return {"identity": tokenizer.identity(), "description": tokenizer.describe()}
+
+
 def save_energy_net(net: EnergyNet, path: str | Path, extra: dict[str, Any] | None = None) -> Path:
     return atomic_torch_save({"format": NCE_FORMAT, "model": to_dict(net.model_config), "vocab_size": net.vocab_size,
-                              "mask_id": net.mask_id, "state_dict": net.state_dict(), **(extra or {})}, path,
-                             "NCE energy")
+                              "mask_id": net.mask_id, "tokenizer": net.tokenizer, "state_dict": net.state_dict(),
+                              **(extra or {})}, path, "NCE energy")
 
 
 def load_energy_net(path: str | Path, device: str | torch.device = "cpu") -> EnergyNet:
@@ -111,4 +121,7 @@ def load_energy_net(path: str | Path, device: str | torch.device = "cpu") -> Ene
         raise EnergyError(f"{path} is not an NCE energy written by `seqdiff edlm train-nce`")
     net = EnergyNet(from_dict(ModelConfig, ckpt["model"]), int(ckpt["vocab_size"]), int(ckpt["mask_id"]))
     net.load_state_dict(ckpt["state_dict"])
+    record = ckpt.get("tokenizer")
+    if isinstance(record, dict) and all(isinstance(record.get(k), str) for k in ("identity", "description")):
+        net.tokenizer = {"identity": record["identity"], "description": record["description"]}
     return net.to(device).eval()

@@ -21,7 +21,7 @@ import torch
 
 from seqdiff.checkpoint import LoadedModel
 from seqdiff.edlm.base import EnergyError, draw_candidates
-from seqdiff.edlm.nce_energy import EnergyNet, nce_loss, save_energy_net
+from seqdiff.edlm.nce_energy import EnergyNet, nce_loss, save_energy_net, tokenizer_record
 from seqdiff.optim import adamw_with_warmup, lr_multiplier
 from seqdiff.safe_io import atomic_write_text
 
@@ -64,6 +64,7 @@ def train_nce(mdlm: LoadedModel, tokens: np.ndarray, cfg: NCEConfig, out: str | 
     for p in backbone.parameters():
         p.requires_grad_(False)
     net = EnergyNet.from_mdlm(backbone, mdlm.tokenizer.vocab_size, mdlm.tokenizer.mask_id).train()
+    net.tokenizer = tokenizer_record(mdlm.tokenizer)
     opt, sched = adamw_with_warmup(net.parameters(), lr_multiplier(cfg.warmup_steps), lr=cfg.lr,
                                    weight_decay=cfg.weight_decay)
     g = torch.Generator().manual_seed(cfg.seed)

@@ -7,6 +7,7 @@ enters seqdiff only through a tokenizer and a data module. Every tokenizer seria
 
 from __future__ import annotations
 
+import hashlib
 import json
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
@@ -99,6 +100,15 @@ class Tokenizer(ABC):
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Tokenizer) and self.to_dict() == other.to_dict()
+
+    def identity(self) -> str:
+        """sha256 of the whole description (`to_dict`): equal for tokenizers that map every text to the same ids,
+        so files made for one model (an NCE energy) can be matched to another without storing the vocabulary."""
+        return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()
+
+    def describe(self) -> str:
+        """'char, 31 ids': what a message names when two models' tokenizers differ."""
+        return f"{self.kind}, {self.vocab_size:,} ids"
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(vocab_size={self.vocab_size})"
