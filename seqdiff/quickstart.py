@@ -36,7 +36,7 @@ from seqdiff.evaluation.likelihood import evaluate_tokens
 from seqdiff.evaluation.metrics import known_word_share
 from seqdiff.evaluation.ngram import WittenBellNGram
 from seqdiff.figures import pyplot, save_figure
-from seqdiff.safe_io import check_output_folder
+from seqdiff.safe_io import check_output_folder, written_together
 from seqdiff.tokenizers import load_tokenizer
 from seqdiff.tokenizers.char import text8_normalize
 from seqdiff.training.csv_log import metric_curve, read_metrics
@@ -462,9 +462,10 @@ def _run_quickstart(out_dir: str | Path, run_root: str | Path, max_steps: int | 
     results["total_seconds"] = time.perf_counter() - start
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    _loss_curves(run_dirs, out_dir / "loss_curves.png")
-    write_atomically(out_dir / "results.json", json.dumps(results, indent=2) + "\n")
-    write_atomically(out_dir / "summary.md", _summary(results))
+    with written_together():  # a Ctrl-C here takes effect after the three files
+        _loss_curves(run_dirs, out_dir / "loss_curves.png")
+        write_atomically(out_dir / "results.json", json.dumps(results, indent=2) + "\n")
+        write_atomically(out_dir / "summary.md", _summary(results))
     print(_table(results))
     print(f"[quickstart] reports written to {out_dir}/ in {results['total_seconds']:.0f} s", file=sys.stderr)
     return results

@@ -10,9 +10,11 @@ torch.save is given a Python file object rather than a path: its own C++ writer 
 exception's context, which `os_cause` finds.
 
 This module is the project's one write-then-rename: text, bytes, torch checkpoints, figures
-(`atomic_save_figure`) and whole folders (`atomic_directory`) all go through it. A path that exists and
-is neither a regular file nor a folder (a character device such as /dev/null, a named pipe) is written
-through, never renamed over: replacing /dev/null with a regular file breaks every program on the machine.
+(`atomic_save_figure`) and whole folders (`atomic_directory`) all go through it. A report of several files
+(JSON, Markdown, figures) is written inside `written_together`, so that Ctrl-C does not leave it half new.
+A path that exists and is neither a regular file nor a folder (a character device such as /dev/null, a
+named pipe) is written through, never renamed over: replacing /dev/null with a regular file breaks every
+program on the machine.
 A `SeqdiffError` raised by the writing callback (a user error found while streaming) is passed on as it is.
 """
 
@@ -21,7 +23,9 @@ from __future__ import annotations
 import errno
 import os
 import shutil
+import signal
 import tempfile
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -209,6 +213,43 @@ def atomic_directory(path: str | Path, what: str = "folder", prefix: str | None 
         _move_into_place(tmp, path, accept_existing)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+HELD_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+@contextmanager
+def written_together() -> Iterator[None]:
+    """The files a block writes are written as one report: a Ctrl-C (SIGINT) or SIGTERM that arrives during the
+    block takes effect when it ends, so a stop never leaves a report's JSON new and its Markdown old. A second
+    signal within the block stops at once (as the first would have without the block). Outside the main thread
+    (where Python runs no signal handler) the block runs as it is."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[int] = []
+    previous: dict[int, Any] = {}
+
+    def restore() -> None:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+
+    def hold(signum: int, frame: Any) -> None:
+        if held:  # a second stop: now (and not again when the block ends)
+            held.clear()
+            restore()
+            signal.raise_signal(signum)
+            return
+        held.append(signum)
+
+    for signum in HELD_SIGNALS:
+        previous[signum] = signal.signal(signum, hold)
+    try:
+        yield
+    finally:
+        restore()
+        if held:  # delivered now, to the handler that was in place (KeyboardInterrupt for Ctrl-C)
+            signal.raise_signal(held[0])
 
 
 def scratch_prefix(name: str) -> str:

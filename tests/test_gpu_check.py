@@ -56,7 +56,7 @@ def test_flops_per_token_counts_the_matmuls_of_a_training_step(causal):
     assert rest == 6 * small, (formula, linear, attention, small)
 
 
-def test_report_is_written_from_the_result(tmp_path):
+def _result() -> dict:
     run = {"tokens_per_s": 1234.5, "step_s_median": 0.5, "mfu": 0.4123, "peak_memory_gb": 12.25, "compiled": True,
            "final_train_loss": 1.5}
     result = {"command": "python -m seqdiff.bench.gpu_check", "date": "d", "device_name": "NVIDIA H200", "torch": "t",
@@ -65,6 +65,11 @@ def test_report_is_written_from_the_result(tmp_path):
                          "skip_steps": 30, "compile": True},
               "runs": {"mdlm": run, "ar": dict(run, step_s_median=0.4, dynamo_graphs=1, dynamo_graph_breaks=0)},
               "mdlm_over_ar_step_time": 1.25}
+    return result
+
+
+def test_report_is_written_from_the_result(tmp_path):
+    result = _result()
     gpu_check.write_report(tmp_path, result)
     assert json.loads((tmp_path / "gpu_check.json").read_text()) == result
     md = (tmp_path / "README.md").read_text()
@@ -72,6 +77,29 @@ def test_report_is_written_from_the_result(tmp_path):
     assert "| mdlm | 1,234 | 0.5000 | 41.2% | 12.2 | True | 1.500 |" in md  # a report from before the counters
     assert "| ar | 1,234 | 0.4000 | 41.2% | 12.2 | True (1 graph(s), 0 break(s)) | 1.500 |" in md
     assert "MDLM step time / AR step time: 1.250" in md
+
+
+def test_a_ctrl_c_while_the_report_is_written_comes_after_both_files(tmp_path, monkeypatch):
+    """A Ctrl-C between the JSON and the Markdown used to leave a new gpu_check.json beside an old README.md."""
+    import signal
+
+    from seqdiff import safe_io
+
+    (tmp_path / "README.md").write_text("old\n")
+    written = []
+
+    def write_and_interrupt(path, text, what="file"):
+        written.append(Path(path).name)
+        safe_io.atomic_write_bytes(path, text.encode(), what)
+        if len(written) == 1:
+            signal.raise_signal(signal.SIGINT)  # the handler runs here, in the main thread
+
+    monkeypatch.setattr(gpu_check, "atomic_write_text", write_and_interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        gpu_check.write_report(tmp_path, _result())
+    assert written == ["gpu_check.json", "README.md"]
+    assert "MDLM step time / AR step time" in (tmp_path / "README.md").read_text()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
 def test_refuses_without_cuda_and_runs_on_cpu_when_allowed(tmp_path, capsys):

@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import os
 import shlex
 import statistics
 import sys
@@ -41,6 +40,7 @@ import torch
 from seqdiff.backbones import build_backbone
 from seqdiff.config import MODEL_PRESETS, ModelConfig, load_run_config
 from seqdiff.methods import METHODS
+from seqdiff.safe_io import atomic_write_text, ensure_dir, written_together
 from seqdiff.tokenizers import build_tokenizer
 
 DEFAULT_OUT = Path("reports") / "bench" / "gpu"
@@ -203,16 +203,11 @@ def render(result: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _write_atomically(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
 def write_report(out: Path, result: dict[str, Any]) -> None:
-    _write_atomically(out / "gpu_check.json", json.dumps(result, indent=2) + "\n")
-    _write_atomically(out / "README.md", render(result))
+    ensure_dir(out, "report folder")
+    with written_together():  # a Ctrl-C here takes effect after both files
+        atomic_write_text(out / "gpu_check.json", json.dumps(result, indent=2) + "\n")
+        atomic_write_text(out / "README.md", render(result))
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -98,7 +98,7 @@ from seqdiff.config import MODEL_PRESETS, MethodConfig, finite_float
 from seqdiff.errors import SeqdiffError
 from seqdiff.evaluation.limits import check_device
 from seqdiff.methods import AR, MDLM
-from seqdiff.safe_io import atomic_write_text, check_output_file
+from seqdiff.safe_io import atomic_write_text, check_output_file, written_together
 from seqdiff.samplers import build_sampler
 
 
@@ -478,8 +478,9 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser, argv: list[st
           f"{result['cpu_count']} CPUs (other work on the machine lowers the absolute figures; the ratios come "
           "from interleaved rounds).\n\n" + contention_note(result) +
           f"{tables}\n\n{explanation(result, train, sampling)}\n")
-    atomic_write_text(out_dir / REPORT_FILES[0], json.dumps(result, indent=2) + "\n")
-    atomic_write_text(out_dir / REPORT_FILES[1], md)
+    with written_together():  # a Ctrl-C here takes effect after both files
+        atomic_write_text(out_dir / REPORT_FILES[0], json.dumps(result, indent=2) + "\n")
+        atomic_write_text(out_dir / REPORT_FILES[1], md)
     print()
     print(tables)
     print(f"\nwritten: {', '.join(str(out_dir / name) for name in REPORT_FILES)} ({result['elapsed_s']:.0f} s)")

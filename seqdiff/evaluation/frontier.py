@@ -39,7 +39,7 @@ from typing import Any
 
 from seqdiff.config import ConfigError
 from seqdiff.errors import SeqdiffError
-from seqdiff.safe_io import check_output_file, ensure_dir
+from seqdiff.safe_io import check_output_file, ensure_dir, written_together
 
 FRONTIER_SAMPLERS: dict[str, tuple[str, ...]] = {
     "mdlm": ("ancestral", "cached", "edlm",
@@ -394,13 +394,18 @@ def distinct_labels(rows: list[dict[str, Any]]) -> None:
 
 
 def write_report(result: dict[str, Any], out: Path) -> None:
+    """frontier.json, the two figures and README.md, written as one (a Ctrl-C takes effect after the last)."""
+    ensure_dir(out, "report folder")
+    distinct_labels(result["rows"])
+    with written_together():
+        _write_report(result, out)
+
+
+def _write_report(result: dict[str, Any], out: Path) -> None:
     from seqdiff.evaluation.generate import write_atomically
     from seqdiff.figures import pyplot, save_figure
 
     plt = pyplot()
-
-    ensure_dir(out, "report folder")
-    distinct_labels(result["rows"])
     write_atomically(out / "frontier.json", json.dumps(result, indent=2) + "\n")
     rows, ref = result["rows"], result["reference"]
     labels = list(dict.fromkeys(r["label"] for r in rows))

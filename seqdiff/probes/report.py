@@ -18,7 +18,7 @@ from seqdiff.figures import pyplot, save_figure
 from seqdiff.probes.genomic_benchmarks import ALIASES, DATASETS
 from seqdiff.probes.metrics import DEFAULT_METRIC, get_metric
 from seqdiff.probes.published import PUBLISHED, PublishedRow  # noqa: F401  (PublishedRow: re-exported)
-from seqdiff.safe_io import check_output_file
+from seqdiff.safe_io import check_output_file, written_together
 
 
 def metric_of(rows_or_row: list[dict[str, Any]] | dict[str, Any]) -> str:
@@ -161,8 +161,6 @@ def write_report(out_dir: str | Path, bench, rows: list[dict[str, Any]], command
     json_path, md_path, png_path = report_paths(out_dir, name)
     goals = goal_lines(rows)
     payload["goals"] = goals
-    write_atomically(json_path, json.dumps(payload, indent=2) + "\n")
-    plot_rows(png_path, rows, f"{name}: probes and baselines")
     md = [
         f"# Probes on {name}", "",
         f"Produced by `{command}`", "",
@@ -190,5 +188,8 @@ def write_report(out_dir: str | Path, bench, rows: list[dict[str, Any]], command
     notes = [*(notes or []), *bench.notes]
     if notes:
         md += ["## Notes", "", *[f"- {n}" for n in notes], ""]
-    write_atomically(md_path, "\n".join(md))
+    with written_together():  # a Ctrl-C here takes effect after the three files
+        write_atomically(json_path, json.dumps(payload, indent=2) + "\n")
+        plot_rows(png_path, rows, f"{name}: probes and baselines")
+        write_atomically(md_path, "\n".join(md))
     return json_path, md_path
