@@ -24,10 +24,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from seqdiff.checkpoint import load_checkpoint
+from seqdiff.data.text import split_path, tokenize_file
 from seqdiff.evaluation.generate import write_atomically
+from seqdiff.evaluation.likelihood import evaluate_tokens
 from seqdiff.figures import pyplot, save_figure
-from seqdiff.quickstart import run_quickstart
+from seqdiff.quickstart import NUM_T_SAMPLES, QUICKSTART, run_quickstart
 from seqdiff.safe_io import written_together
+from seqdiff.training.run import LAST_CHECKPOINT
 
 
 def parse_steps(text: str) -> list[int]:
@@ -53,6 +57,19 @@ def training_log(run_dir: Path) -> dict[str, Any] | None:
     curve = [[int(r["step"]) + 1, float(r["val/bits_per_token"])] for r in rows if r.get("val/bits_per_token")]
     train = [float(r["train/bits_per_token"]) for r in rows if r.get("train/bits_per_token")][-10:]
     return {"validation": curve, "train_bits_last_10_logs": sum(train) / len(train) if train else math.nan}
+
+
+def validation_bits(run_dir: Path) -> float | None:
+    """The run's bits per character on the whole validation play, scored as experiments.quickstart_sweep scores its
+    candidates (EMA weights; MDLM: NELBO with the quickstart's time samples per block, seed 0), so that ladder rows
+    and sweep candidates (other recipes at these step counts) compare. None without the run."""
+    if not (run_dir / LAST_CHECKPOINT).is_file():
+        return None
+    model = load_checkpoint(run_dir)
+    tokens = tokenize_file(split_path(QUICKSTART.data, "valid"), model.tokenizer)
+    report = evaluate_tokens(model, tokens, batch_size=QUICKSTART.data.eval_batch_size,
+                             num_t_samples=1 if model.method.exact_likelihood else NUM_T_SAMPLES, seed=0)
+    return report["bits_per_character"]
 
 
 def ladder_row(steps: int, results: dict[str, Any]) -> dict[str, Any]:
@@ -94,18 +111,22 @@ def render(rows: list[dict[str, Any]], command: str) -> str:
             f"{r['ngram_bits']:.4f} | {r['gap']:+.1%} | {r['mdlm_known_words']:.0%} | {r['ar_known_words']:.0%} | "
             f"{r['mdlm_train_seconds']:.0f} / {r['ar_train_seconds']:.0f} |")
     lines += ["", "Training against validation (the validation play, EMA weights, every 250 steps; training bits: the "
-              "mean of the last 10 logged batches, raw weights): a validation curve that turns up while the training "
+              "mean of the last 10 logged batches, raw weights; the curve reads 8 batches of the play, the last column "
+              "all of it, as experiments.quickstart_sweep scores): a validation curve that turns up while the training "
               "bits still fall is overfitting.", "",
-              "| steps | model | training bits | last validation bits | best validation bits (step) |",
-              "|---:|---|---:|---:|---:|"]
+              "| steps | model | training bits | last validation bits | best validation bits (step) | whole validation "
+              "play |",
+              "|---:|---|---:|---:|---:|---:|"]
     for r in rows:
         for method, name in (("mdlm", "MDLM"), ("ar", "AR")):
             log = r.get(f"{method}_log")
             if not log or not log["validation"]:
                 continue
             best_step, best = min(log["validation"], key=lambda point: point[1])
+            whole = r.get(f"{method}_valid_bits")
             lines.append(f"| {r['steps']:,} | {name} | {log['train_bits_last_10_logs']:.4f} | "
-                         f"{log['validation'][-1][1]:.4f} | {best:.4f} ({best_step:,}) |")
+                         f"{log['validation'][-1][1]:.4f} | {best:.4f} ({best_step:,}) | "
+                         f"{'-' if whole is None else format(whole, '.4f')} |")
     return "\n".join(lines) + "\n"
 
 
@@ -127,12 +148,13 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
     save_figure(fig, path)
 
 
-def previous_logs(path: Path) -> dict[tuple[int, str], dict[str, Any]]:
-    """The training logs an earlier ladder report kept, by (steps, method): used where the runs are gone."""
+def previous_rows(path: Path) -> dict[tuple[int, str], dict[str, Any]]:
+    """What an earlier ladder report kept of each run, by (steps, method): its training log (used where the runs
+    are gone) and its validation bits (not scored again)."""
     if not path.is_file():
         return {}
-    return {(r["steps"], m): r[f"{m}_log"] for r in json.loads(path.read_text())["rows"] for m in ("mdlm", "ar")
-            if r.get(f"{m}_log")}
+    return {(r["steps"], m): {"log": r.get(f"{m}_log"), "valid_bits": r.get(f"{m}_valid_bits")}
+            for r in json.loads(path.read_text())["rows"] for m in ("mdlm", "ar")}
 
 
 def plot_validation(rows: list[dict[str, Any]], path: Path) -> None:
@@ -164,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     out, run_root = Path(args.out), Path(args.run_root)
     command = "python -m experiments.quickstart_ladder " + shlex.join(
         ["--out", str(out), "--run-root", str(run_root), "--steps", ",".join(map(str, steps))])
-    earlier = previous_logs(out / "results.json")
+    earlier = previous_rows(out / "results.json")
     rows = []
     for n in steps:
         report = out / f"steps_{n}" / "results.json"
@@ -176,7 +198,10 @@ def main(argv: list[str] | None = None) -> int:
             results = run_quickstart(out_dir=out / f"steps_{n}", run_root=run_root / f"steps_{n}", max_steps=n)
         row = ladder_row(n, results)
         for method in ("mdlm", "ar"):
-            row[f"{method}_log"] = training_log(run_root / f"steps_{n}" / method) or earlier.get((n, method))
+            run_dir, kept = run_root / f"steps_{n}" / method, earlier.get((n, method), {})
+            row[f"{method}_log"] = training_log(run_dir) or kept.get("log")
+            valid = kept.get("valid_bits")  # scored once: a reused row keeps its figure
+            row[f"{method}_valid_bits"] = valid if valid is not None else validation_bits(run_dir)
         rows.append(row)
     with written_together():
         write_atomically(out / "results.json", json.dumps({"command": command, "rows": rows}, indent=2) + "\n")

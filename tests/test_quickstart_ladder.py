@@ -56,7 +56,14 @@ def test_main_reuses_reports_and_keeps_logs_when_runs_are_gone(tmp_path, monkeyp
         (out_dir / "results.json").write_text(json.dumps(results))
         return results
 
+    scored = []
+
+    def fake_validation_bits(run_dir):
+        scored.append(run_dir.parent.name + "/" + run_dir.name)
+        return 2.0 + len(scored) / 100
+
     monkeypatch.setattr(ladder, "run_quickstart", fake_quickstart)
+    monkeypatch.setattr(ladder, "validation_bits", fake_validation_bits)
     assert ladder.main(["--out", str(out), "--run-root", str(runs), "--steps", "20,10"]) == 0
     assert trained == [10, 20]
     first = json.loads((out / "results.json").read_text())
@@ -64,12 +71,17 @@ def test_main_reuses_reports_and_keeps_logs_when_runs_are_gone(tmp_path, monkeyp
     assert first["rows"][1]["mdlm_log"]["validation"] == [[20, 3.0]]
     table = (out / "table.md").read_text()
     assert "| 20 | 0.1 M | 2.9800 | 2.5000 | 2.3000 | +19.2% |" in table
-    assert "| 20 | AR | 2.4000 | 2.5000 | 2.5000 (20) |" in table
+    assert scored == ["steps_10/mdlm", "steps_10/ar", "steps_20/mdlm", "steps_20/ar"]
+    assert "| 20 | AR | 2.4000 | 2.5000 | 2.5000 (20) | 2.0400 |" in table
     assert (out / "bits_vs_tokens.png").stat().st_size > 0 and (out / "validation_curves.png").stat().st_size > 0
 
     import shutil
 
     shutil.rmtree(runs)  # the runs removed: the reports and the earlier logs are what is left
     assert ladder.main(["--out", str(out), "--run-root", str(runs), "--steps", "10,20"]) == 0
-    assert trained == [10, 20]  # nothing retrained
+    assert trained == [10, 20] and len(scored) == 4  # nothing retrained or scored again
     assert json.loads((out / "results.json").read_text())["rows"] == first["rows"]
+
+
+def test_validation_bits_needs_the_run(tmp_path):
+    assert ladder.validation_bits(tmp_path / "steps_10" / "mdlm") is None
