@@ -31,6 +31,7 @@ from seqdiff.evaluation.likelihood import evaluate_tokens
 from seqdiff.figures import pyplot, save_figure
 from seqdiff.quickstart import NUM_T_SAMPLES, QUICKSTART, run_quickstart
 from seqdiff.safe_io import written_together
+from seqdiff.training.guards import TrainingInterrupted
 from seqdiff.training.run import LAST_CHECKPOINT
 
 
@@ -82,6 +83,8 @@ def ladder_row(steps: int, results: dict[str, Any]) -> dict[str, Any]:
         "mdlm_bits": mdlm["bits_per_character"],
         "ar_bits": ar["bits_per_character"],
         "ngram_bits": ngram,
+        "ngram_order": results["ngram"]["order"],
+        "ngram_valid_bits": results["ngram"]["valid_bits_per_character_by_order"][str(results["ngram"]["order"])],
         "gap": mdlm["bits_per_character"] / ar["bits_per_character"] - 1,
         "ar_minus_ngram": ar["bits_per_character"] - ngram,
         "mdlm_minus_ngram": mdlm["bits_per_character"] - ngram,
@@ -127,6 +130,8 @@ def render(rows: list[dict[str, Any]], command: str) -> str:
             lines.append(f"| {r['steps']:,} | {name} | {log['train_bits_last_10_logs']:.4f} | "
                          f"{log['validation'][-1][1]:.4f} | {best:.4f} ({best_step:,}) | "
                          f"{'-' if whole is None else format(whole, '.4f')} |")
+    lines += ["", f"The n-gram (order {rows[0]['ngram_order']}, chosen on the validation play) scores "
+              f"{rows[0]['ngram_valid_bits']:.4f} bits per character on the validation play."]
     return "\n".join(lines) + "\n"
 
 
@@ -140,7 +145,9 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
     gap.plot(tokens, [100 * r["gap"] for r in rows], "o-")
     for ax in (bits, gap):
         ax.set_xscale("log")
-        ax.set_xlabel("training characters (millions)")
+        ax.set_xticks(tokens, [f"{t:.1f}" for t in tokens])  # one tick per rung, no 10^k labels
+        ax.minorticks_off()
+        ax.set_xlabel("training characters (millions, log scale)")
     bits.set_ylabel("test bits per character")
     bits.legend()
     gap.set_ylabel("MDLM / AR - 1 (%)")
@@ -166,8 +173,7 @@ def plot_validation(rows: list[dict[str, Any]], path: Path) -> None:
             if log and log["validation"]:
                 steps, bits = zip(*log["validation"])
                 ax.plot(steps, bits, "o-", markersize=3, label=f"{r['steps']:,} steps")
-        ax.axhline(rows[0]["ngram_bits"], color="grey", linestyle="--", label="n-gram (test play)")
-        ax.set_xscale("log")
+        ax.axhline(rows[0]["ngram_valid_bits"], color="grey", linestyle="--", label="n-gram (validation play)")
         ax.set_xlabel("training step")
         ax.set_title(title)
         ax.legend(fontsize=8)
@@ -195,7 +201,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[ladder] {n} steps: reusing {report}", file=sys.stderr)
         else:
             print(f"[ladder] {n} steps: training (seqdiff quickstart --max-steps {n})", file=sys.stderr)
-            results = run_quickstart(out_dir=out / f"steps_{n}", run_root=run_root / f"steps_{n}", max_steps=n)
+            try:
+                results = run_quickstart(out_dir=out / f"steps_{n}", run_root=run_root / f"steps_{n}", max_steps=n)
+            except TrainingInterrupted as e:  # its checkpoint is saved: the same command goes on from it
+                print(f"[ladder] stopped ({e}); the same command resumes", file=sys.stderr)
+                return e.exit_status
         row = ladder_row(n, results)
         for method in ("mdlm", "ar"):
             run_dir, kept = run_root / f"steps_{n}" / method, earlier.get((n, method), {})

@@ -11,7 +11,8 @@ from experiments import quickstart_ladder as ladder
 def _results(steps: int, mdlm: float, ar: float) -> dict:
     model = {"tokens_seen": steps * 4096, "known_word_share": 0.5, "train_seconds": 10.0}
     return {"models": {"mdlm": dict(model, bits_per_character=mdlm), "ar": dict(model, bits_per_character=ar)},
-            "ngram": {"bits_per_character": 2.3}, "total_seconds": 30.0}
+            "ngram": {"bits_per_character": 2.3, "order": 4, "valid_bits_per_character_by_order": {"3": 2.4, "4": 2.2}},
+            "total_seconds": 30.0}
 
 
 def _metrics(run_dir, val, train):
@@ -33,6 +34,7 @@ def test_row_and_gap():
     row = ladder.ladder_row(100, _results(100, 3.0, 2.5))
     assert row["gap"] == pytest.approx(0.2) and row["tokens"] == 409_600
     assert row["ar_minus_ngram"] == pytest.approx(0.2) and row["mdlm_minus_ngram"] == pytest.approx(0.7)
+    assert row["ngram_order"] == 4 and row["ngram_valid_bits"] == 2.2
 
 
 def test_training_log_reads_the_validation_curve_and_the_last_training_bits(tmp_path):
@@ -72,6 +74,7 @@ def test_main_reuses_reports_and_keeps_logs_when_runs_are_gone(tmp_path, monkeyp
     table = (out / "table.md").read_text()
     assert "| 20 | 0.1 M | 2.9800 | 2.5000 | 2.3000 | +19.2% |" in table
     assert scored == ["steps_10/mdlm", "steps_10/ar", "steps_20/mdlm", "steps_20/ar"]
+    assert "scores 2.2000 bits per character on the validation play" in table
     assert "| 20 | AR | 2.4000 | 2.5000 | 2.5000 (20) | 2.0400 |" in table
     assert (out / "bits_vs_tokens.png").stat().st_size > 0 and (out / "validation_curves.png").stat().st_size > 0
 
@@ -85,3 +88,16 @@ def test_main_reuses_reports_and_keeps_logs_when_runs_are_gone(tmp_path, monkeyp
 
 def test_validation_bits_needs_the_run(tmp_path):
     assert ladder.validation_bits(tmp_path / "steps_10" / "mdlm") is None
+
+
+def test_a_stopped_training_ends_the_ladder_with_its_status_and_writes_nothing(tmp_path, monkeypatch):
+    import signal
+
+    from seqdiff.training.guards import TrainingInterrupted
+
+    def interrupted(out_dir, run_root, max_steps):
+        raise TrainingInterrupted(signal.SIGINT, 30, run_root / "mdlm" / "checkpoints" / "last.ckpt", run_root)
+
+    monkeypatch.setattr(ladder, "run_quickstart", interrupted)
+    assert ladder.main(["--out", str(tmp_path / "out"), "--run-root", str(tmp_path / "runs"), "--steps", "10"]) == 130
+    assert not (tmp_path / "out" / "results.json").exists()
