@@ -24,6 +24,7 @@ from pathlib import Path
 
 import torch
 
+from experiments.quickstart_ladder import training_log
 from seqdiff.checkpoint import load_checkpoint, read_checkpoint
 from seqdiff.config import ConfigError, RunConfig, from_dict, to_dict
 from seqdiff.config import apply_overrides as apply_config_overrides
@@ -132,6 +133,7 @@ def run_candidate(name: str, overrides: list[str], run_root: Path,
             "parameters": sum(p.numel() for p in model.backbone.parameters()),
             "tokens_seen": model.step * config.data.batch_size * config.data.seq_len,
             "run": f"{folder}/{method}",
+            "training_log": training_log(run_dir),  # the validation curve: where a long run starts to overfit
         }
     if {"mdlm", "ar"} <= set(out["methods"]):
         m, a = out["methods"]["mdlm"], out["methods"]["ar"]
