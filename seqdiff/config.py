@@ -77,7 +77,8 @@ class ModelConfig:
     """dit, with local_conv: a second convolution of the same size, its own weights, before each block's MLP."""
     kmer_sizes: list[int] = field(default_factory=list)
     """dit: sizes k of learned k-mer embeddings added to each token's input (seqdiff.backbones.kmer_embedding;
-    centred windows, causal models the k tokens ending at it), e.g. [3, 5]; [] = none."""
+    centred windows, causal models the k tokens ending at it), e.g. [3, 5]; [] = none. On a small corpus trained for
+    many passes, an AR model memorizes its text through these tables (reports/text/ladder); MDLM did not."""
     kmer_buckets: int = 262144
     """dit, with kmer_sizes: rows of a k-mer table at most; k-mers beyond are hashed into this many rows."""
     kmer_dim: int = 32
