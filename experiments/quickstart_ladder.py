@@ -66,11 +66,15 @@ def validation_bits(run_dir: Path) -> float | None:
     and sweep candidates (other recipes at these step counts) compare. None without the run."""
     if not (run_dir / LAST_CHECKPOINT).is_file():
         return None
-    model = load_checkpoint(run_dir)
-    tokens = tokenize_file(split_path(QUICKSTART.data, "valid"), model.tokenizer)
-    report = evaluate_tokens(model, tokens, batch_size=QUICKSTART.data.eval_batch_size,
-                             num_t_samples=1 if model.method.exact_likelihood else NUM_T_SAMPLES, seed=0)
-    return report["bits_per_character"]
+    return score_validation(load_checkpoint(run_dir), QUICKSTART.data)["bits_per_character"]
+
+
+def score_validation(model, data) -> dict[str, Any]:
+    """The quickstart experiments' validation score of a loaded model: the whole validation play of `data` (a
+    DataConfig), EMA weights, MDLM's NELBO with the quickstart's time samples per block, seed 0."""
+    tokens = tokenize_file(split_path(data, "valid"), model.tokenizer)
+    return evaluate_tokens(model, tokens, batch_size=data.eval_batch_size,
+                           num_t_samples=1 if model.method.exact_likelihood else NUM_T_SAMPLES, seed=0)
 
 
 def ladder_row(steps: int, results: dict[str, Any]) -> dict[str, Any]:

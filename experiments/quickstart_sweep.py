@@ -24,13 +24,11 @@ from pathlib import Path
 
 import torch
 
-from experiments.quickstart_ladder import training_log
+from experiments.quickstart_ladder import score_validation, training_log
 from seqdiff.checkpoint import load_checkpoint, read_checkpoint
 from seqdiff.config import ConfigError, RunConfig, from_dict, to_dict
 from seqdiff.config import apply_overrides as apply_config_overrides
-from seqdiff.data.text import split_path, tokenize_file
 from seqdiff.evaluation.generate import write_atomically
-from seqdiff.evaluation.likelihood import evaluate_tokens
 from seqdiff.quickstart import METHODS, NUM_T_SAMPLES, QUICKSTART, finished_run_changes, method_recipe
 from seqdiff.training.run import LAST_CHECKPOINT, train
 
@@ -124,9 +122,7 @@ def run_candidate(name: str, overrides: list[str], run_root: Path,
         timing = run_dir / "timing.json"
         seconds = json.loads(timing.read_text())["train_seconds"] if timing.is_file() else float("nan")
         model = load_checkpoint(run_dir)
-        tokens = tokenize_file(split_path(config.data, "valid"), model.tokenizer)
-        report = evaluate_tokens(model, tokens, batch_size=config.data.eval_batch_size,
-                                 num_t_samples=1 if model.method.exact_likelihood else NUM_T_SAMPLES, seed=0)
+        report = score_validation(model, config.data)
         out["methods"][method] = {
             "valid_bits_per_character": report["bits_per_character"], "bound": report["bound"],
             "train_seconds": seconds, "steps": model.step,
