@@ -187,6 +187,19 @@ def test_each_quickstart_run_is_the_recipe_with_its_method_and_learning_rate_onl
     assert qs._learning_rates({"config": {"train": {"lr": 0.002}}}) == "lr 0.002"
 
 
+def test_a_run_longer_than_the_recipe_is_told_that_its_ar_memorizes_and_how_to_train_it():
+    import seqdiff.quickstart as qs
+    from experiments import quickstart_sweep as sweep
+
+    assert qs.longer_run_note(qs.QUICKSTART.train.max_steps) is None
+    assert qs.longer_run_note(10) is None
+    note = qs.longer_run_note(qs.QUICKSTART.train.max_steps + 1)
+    assert "AR memorizes" in note and f"{qs.QUICKSTART.train.max_steps:,} steps" in note
+    overrides = note.split("train it with ")[1].split()  # the advice is valid overrides that do what it says
+    ar = sweep.candidate_config("long_ar", overrides, "ar")
+    assert ar.model.kmer_sizes == [] and ar.model.dropout == 0.1 and ar.method.name == "ar"
+
+
 def test_the_summary_says_why_a_run_trained_in_float32():
     import seqdiff.quickstart as qs
 
