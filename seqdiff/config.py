@@ -738,6 +738,8 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
     if tp is str:
         if isinstance(value, str):
             return value
+        if isinstance(value, int) and not isinstance(value, bool):  # YAML reads chromosome `20` or name `2024`
+            return str(value)                                       # as a number
         raise ConfigError(f"{key} must be a string, got {value!r}")
     return value
 
@@ -833,8 +835,27 @@ def _deepcopy_dict(d: dict[str, Any]) -> dict[str, Any]:
     return {k: _deepcopy_dict(v) if isinstance(v, dict) else v for k, v in d.items()}
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that refuses a key written twice in one mapping, which PyYAML would let the last one win:
+    a recipe with two `model:` sections would silently lose the first."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *anchor` may repeat; its keys may be overridden
+                continue
+            key = self.construct_object(key_node, deep=True)
+            if isinstance(key, typing.Hashable) and key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key!r} is given twice (first on line {seen[key]}); the second would silently "
+                    f"replace the first: merge them into one", key_node.start_mark)
+            seen[key] = key_node.start_mark.line + 1
+        return super().construct_mapping(node, deep=deep)
+
+
 def load_yaml(path: str | Path) -> dict[str, Any]:
-    """Read a YAML recipe; a missing, empty or malformed file, or a folder, fails naming the file."""
+    """Read a YAML recipe; a missing, empty or malformed file, a key given twice, or a folder, fails naming the
+    file."""
     path = Path(path)
     if path.is_dir():  # a run directory names its recipe: RUN/config.yaml
         hint = f"; the run's recipe is {path / 'config.yaml'}" if (path / "config.yaml").is_file() else ""
@@ -842,7 +863,7 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     if not path.is_file():
         raise ConfigError(f"config file {path} does not exist")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)
     except UnicodeDecodeError as e:
         raise ConfigError(f"config file {path} is not UTF-8 text (byte {e.start}); is it a YAML recipe?") from None
     except yaml.YAMLError as e:

@@ -367,6 +367,16 @@ def verify(name: str) -> list[str]:
     return problems
 
 
+def fetch_hint(path: str | Path) -> str:
+    """For a missing file inside a known source's folder of the data directory: "; fetch it with `seqdiff data
+    fetch NAME`" (a recipe such as configs/dna_chr20_cpu_mdlm.yaml names one); else ""."""
+    where = Path(path).expanduser().absolute()
+    for name, source in sorted(SOURCES.items()):
+        if (data_dir() / source.target).expanduser().absolute() in where.parents:
+            return f"; fetch it with `seqdiff data fetch {name}`"
+    return ""
+
+
 def list_sources() -> list[tuple[str, bool, Path]]:
     """(name, present, folder) for every known source, sorted by name."""
     return [(name, is_present(name), source_path(name)) for name in sorted(SOURCES)]
@@ -380,6 +390,7 @@ __all__ = [
     "SourceFile",
     "data_dir",
     "expand_data_path",
+    "fetch_hint",
     "get_source",
     "is_present",
     "list_sources",

@@ -52,7 +52,7 @@ from torch.utils.data import Dataset
 from seqdiff.data.blocks import StepIndexedBatches, step_generator
 from seqdiff.errors import SeqdiffError
 from seqdiff.safe_io import atomic_write
-from seqdiff.sources import expand_data_path
+from seqdiff.sources import expand_data_path, fetch_hint
 from seqdiff.tokenizers.nucleotide import IUPAC_AMBIGUOUS, NucleotideTokenizer
 
 log = logging.getLogger(__name__)
@@ -412,9 +412,14 @@ def _open_built_index(path: Path, bgzf: bool, base: Path):
     return faidx
 
 
+def _not_a_file(path: Path) -> str:
+    """Why a FASTA path cannot be read: a folder, or missing (with the `seqdiff data fetch` that puts it there)."""
+    return f"FASTA file {path} " + ("is a directory" if path.is_dir() else "does not exist" + fetch_hint(path))
+
+
 def _open_indexed(path: Path) -> FastaHandle:
     if not path.is_file():
-        raise GenomeError(f"FASTA file {path} " + ("is a directory" if path.is_dir() else "does not exist"))
+        raise GenomeError(_not_a_file(path))
     kind = compression(path)
     if kind == "gzip":
         raise PlainGzip(f"{path} is gzip- but not bgzip-compressed, so it has no random access: {_gzip_hint(path)}")
@@ -682,7 +687,7 @@ class _FastaScan:
 def _scan_fasta(path: str | Path, keep: bool) -> tuple[FastaSummary, list[tuple[str, bytes]]]:
     path = Path(path)
     if not path.is_file():
-        raise GenomeError(f"FASTA file {path} " + ("is a directory" if path.is_dir() else "does not exist"))
+        raise GenomeError(_not_a_file(path))
     scan, line = _FastaScan(path, keep), 1
     for data in _fasta_blocks(path):
         line = scan.block(data, line)
@@ -765,7 +770,7 @@ def read_sequence_file(path: str | Path) -> str:
     marks a position to fill), its records joined in file order; or plain lines of bases, joined."""
     path = Path(path)
     if not path.is_file():
-        raise GenomeError(f"FASTA file {path} " + ("is a directory" if path.is_dir() else "does not exist"))
+        raise GenomeError(_not_a_file(path))
     with open(path, "rb") as f:
         data = f.read()
     if compression(path) != "plain" or next(_marked_lines(data), -1) >= 0:

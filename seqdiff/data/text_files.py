@@ -10,6 +10,7 @@ Every problem with a file raises `DataFileError`, whose message names the file a
 
 from __future__ import annotations
 
+import codecs
 import gzip
 import json
 import re
@@ -248,12 +249,33 @@ def _gunzip(path: Path, raw: bytes) -> bytes:
         raise DataFileError(f"{path}: corrupt gzip data ({e})") from e
 
 
+_WIDE_BOMS = ((codecs.BOM_UTF32_LE, "UTF-32"), (codecs.BOM_UTF32_BE, "UTF-32"), (codecs.BOM_UTF16_LE, "UTF-16"),
+              (codecs.BOM_UTF16_BE, "UTF-16"))
+
+
+def wide_text_encoding(head: bytes) -> str | None:
+    """'UTF-16' or 'UTF-32' when the first bytes of a file are text in that encoding (its byte-order mark, or
+    ASCII with every other byte NUL, as Windows tools write "Unicode" text); else None."""
+    for bom, name in _WIDE_BOMS:
+        if head.startswith(bom):
+            return name
+    head = head[:200] if len(head) % 2 == 0 else head[:199]  # whole 2-byte units
+    for nul, text in ((head[0::2], head[1::2]), (head[1::2], head[0::2])):
+        if len(head) >= 4 and not nul.strip(b"\x00") and all(9 <= b < 127 for b in text):
+            return "UTF-16"
+    return None
+
+
 def refuse_nul(path: Path, raw: bytes, offset: int, decompressed: bool) -> None:
     """A NUL byte (never part of a UTF-8 character other than NUL itself) marks a binary file: refused, naming
-    its offset, instead of being read as text that normalization would turn into a few spaces."""
+    its offset, instead of being read as text that normalization would turn into a few spaces. Text saved as
+    UTF-16 / UTF-32 (NUL bytes too) is named as such, with how to convert it."""
     at = raw.find(b"\x00")
     if at >= 0:
         where = "of the decompressed text" if decompressed else "of the file"
+        if offset == 0 and (wide := wide_text_encoding(raw)) is not None:
+            raise DataFileError(f"{path}: {wide} text, not UTF-8: save it as UTF-8 (`iconv -f {wide} -t UTF-8` "
+                                f"converts it)")
         raise DataFileError(f"{path}: a NUL byte at byte offset {offset + at} {where}: a binary file, not text")
 
 
