@@ -379,6 +379,9 @@ def cmd_sample(args: argparse.Namespace) -> int:
         _refuse_unread_sample_options(args, run_method)
     model = load_checkpoint(args.checkpoint, device=o.device, use_ema=not o.no_ema)
     _refuse_unread_sample_options(args, model.method)
+    if o.format == "fasta" and model.tokenizer.unit != "base":  # not after minutes of sampling
+        raise SamplerError(f"{_spelled(args, 'format')} fasta writes nucleotide samples, and {args.checkpoint} is a "
+                           f"text model ({model.tokenizer.describe()}): write text (the default)")
     if o.rc_conjoin:
         from seqdiff.backbones.rc_equivariant import conjoin_loaded
 

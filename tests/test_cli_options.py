@@ -236,6 +236,13 @@ def trained(tmp_path_factory):
     return run
 
 
+def test_fasta_output_of_a_text_model_is_refused_before_sampling(trained, refused):
+    line = refused(["sample", str(trained), "--format", "fasta"])
+    assert line.startswith(f"seqdiff sample: error: --format fasta writes nucleotide samples, and {trained} is a "
+                           "text model (char, ") and "write text" in line
+    assert "sample.format fasta" in refused(["sample", str(trained), "sample.format=fasta"])
+
+
 def _samples(capsys, argv):
     assert main(argv) == 0
     captured = capsys.readouterr()
