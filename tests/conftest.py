@@ -23,7 +23,9 @@ import fcntl
 import hashlib
 import os
 import shutil
+import signal
 import tempfile
+import threading
 from pathlib import Path
 
 import pytest
@@ -110,6 +112,22 @@ def _no_distributed_env_leaks():
             os.environ.pop(k, None)
         else:
             os.environ[k] = v
+
+
+@pytest.fixture(autouse=True)
+def _ctrl_c_raises():
+    """Every test starts with Python's own SIGINT handler (Ctrl-C raises KeyboardInterrupt), as under an interactive
+    shell: a test run that a non-interactive shell started in the background (`cmd &`, nohup) inherits SIGINT
+    ignored, Python then installs no handler, and a test that raises SIGINT to check what a Ctrl-C does saw nothing
+    happen. The handler in place before is put back after the test."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 @pytest.fixture
