@@ -74,7 +74,8 @@ def test_a_missing_fasta_of_ones_own_gets_no_fetch_hint(tmp_path, refused):
 
 
 # ------------------------------------------------------------------ 4. UTF-16 text
-@pytest.mark.parametrize(("encoding", "name"), [("utf-16", "UTF-16"), ("utf-16-le", "UTF-16"), ("utf-32", "UTF-32")])
+@pytest.mark.parametrize(("encoding", "name"), [("utf-16", "UTF-16"), ("utf-16-le", "UTF-16LE"),
+                                                ("utf-16-be", "UTF-16BE"), ("utf-32", "UTF-32")])
 def test_text_saved_as_utf16_is_named_so(encoding, name, tmp_path):
     path = tmp_path / "notes.txt"
     path.write_bytes(FIXTURE.read_text(encoding="utf-8")[:2000].encode(encoding))

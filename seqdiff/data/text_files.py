@@ -254,15 +254,16 @@ _WIDE_BOMS = ((codecs.BOM_UTF32_LE, "UTF-32"), (codecs.BOM_UTF32_BE, "UTF-32"), 
 
 
 def wide_text_encoding(head: bytes) -> str | None:
-    """'UTF-16' or 'UTF-32' when the first bytes of a file are text in that encoding (its byte-order mark, or
-    ASCII with every other byte NUL, as Windows tools write "Unicode" text); else None."""
+    """'UTF-16' or 'UTF-32' when the first bytes of a file are text in that encoding with its byte-order mark,
+    'UTF-16LE' / 'UTF-16BE' for ASCII with every other byte NUL and no mark (as some Windows tools write "Unicode"
+    text); else None. The name is one iconv understands."""
     for bom, name in _WIDE_BOMS:
         if head.startswith(bom):
             return name
-    head = head[:200] if len(head) % 2 == 0 else head[:199]  # whole 2-byte units
-    for nul, text in ((head[0::2], head[1::2]), (head[1::2], head[0::2])):
+    head = head[:min(200, len(head) - len(head) % 2)]  # whole 2-byte units
+    for nul, text, name in ((head[0::2], head[1::2], "UTF-16BE"), (head[1::2], head[0::2], "UTF-16LE")):
         if len(head) >= 4 and not nul.strip(b"\x00") and all(9 <= b < 127 for b in text):
-            return "UTF-16"
+            return name  # without a byte-order mark, iconv must be told the byte order
     return None
 
 
