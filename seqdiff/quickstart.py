@@ -99,8 +99,8 @@ NGRAM_ORDERS = range(1, 9)
 def longer_run_note(max_steps: int) -> str | None:
     """What a user training the quickstart longer than its recipe should know first, else None: the recipe was chosen
     at QUICKSTART's step count, and longer its AR memorizes the nine training plays through the k-mer tables (test
-    bits 2.26 at 1,100 steps, 2.39 at 2,200, 3.04 at 4,400; without the tables and with dropout 0.1 it improves to
-    4,400 steps: reports/text/ladder), while MDLM keeps improving."""
+    bits 2.26 at 1,100 steps, 2.39 at 2,200, 3.04 at 4,400; without the tables and with dropout 0.1 it is best at about
+    3,500 steps: reports/text/ladder), while MDLM keeps improving."""
     if max_steps <= QUICKSTART.train.max_steps:
         return None
     return (f"[quickstart] note: the recipe was chosen at {QUICKSTART.train.max_steps:,} steps; trained longer, MDLM "

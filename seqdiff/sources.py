@@ -371,8 +371,8 @@ def fetch_hint(path: str | Path) -> str:
     """For a missing file inside a known source's folder of the data directory: "; fetch it with `seqdiff data
     fetch NAME`" (a recipe such as configs/dna_chr20_cpu_mdlm.yaml names one); else ""."""
     where = Path(path).expanduser().absolute()
-    for name, source in sorted(SOURCES.items()):
-        if (data_dir() / source.target).expanduser().absolute() in where.parents:
+    for name in sorted(SOURCES):
+        if source_path(name).expanduser().absolute() in where.parents:
             return f"; fetch it with `seqdiff data fetch {name}`"
     return ""
 
