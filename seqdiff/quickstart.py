@@ -203,9 +203,11 @@ def _run_state(run_dir: Path, max_steps: int) -> str:
 
 
 REUSE_IGNORES = ("train.progress_bar", "train.wandb", "train.accelerator", "train.devices", "train.precision",
-                 "data.num_workers", "data.eval_batch_size")
+                 "data.num_workers", "data.eval_batch_size", "model.preset")
 """Keys in which a finished run may differ from the requested recipe and still be reused (how it ran, not what
-it trained); any other difference (a seed, a step count) is a different run."""
+it trained); any other difference (a seed, a step count) is a different run. `model.preset` is only the name of the
+sizes it filled in: those (hidden_size, n_layers, n_heads) are compared on their own, so a sweep's run (preset
+null) and the quickstart's (cpu-tiny) of the same sizes are the same run."""
 
 
 def finished_run_changes(config: RunConfig, run_dir: Path) -> str:

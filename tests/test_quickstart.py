@@ -127,6 +127,14 @@ def test_the_sweep_reuses_a_finished_run_of_the_same_recipe_only(tmp_path):
                                           r"0.0005\); remove it or pass another --run-root"):
         sweep.run_candidate("tiny", [*tiny, "train.lr=5e-4"], tmp_path, methods=("ar",))
     assert (tmp_path / "tiny" / "ar" / "checkpoints" / "last.ckpt").stat().st_mtime_ns == written
+    # the sweep trains with model.preset=null: the quickstart's recipe (preset cpu-tiny, the same sizes) may reuse
+    # the run, and a real change of size is still named
+    from seqdiff.quickstart import finished_run_changes
+    config = sweep.candidate_config("tiny", tiny, "ar")
+    labelled = replace(config, model=replace(config.model, preset="cpu-tiny"))
+    assert finished_run_changes(labelled, tmp_path / "tiny" / "ar") == ""
+    wider = replace(labelled, model=replace(config.model, hidden_size=256))
+    assert finished_run_changes(wider, tmp_path / "tiny" / "ar") == "model.hidden_size: 128 -> 256"
 
 
 def test_projected_time_reports_the_training_left_and_the_steps_that_fit_the_budget(capsys):
