@@ -36,6 +36,9 @@ VARIANTS: dict[str, dict] = {
     "tanh_gelu_reuse": {"overrides": ["model.activation=gelu_tanh"], "reuse_memory": True},
     "exact_gelu": {"overrides": ["model.activation=gelu"], "reuse_memory": False},
     "exact_gelu_reuse": {"overrides": ["model.activation=gelu"], "reuse_memory": True},
+    # session 42: bigger models for a compute-matched comparison at long budgets (reports/text/ladder)
+    "deep4": {"overrides": ["model.n_layers=4"], "reuse_memory": False},
+    "wide256": {"overrides": ["model.hidden_size=256", "model.n_heads=4"], "reuse_memory": False},
 }
 
 
