@@ -44,7 +44,15 @@ from seqdiff.training.lock import RunLock
 from seqdiff.training.precision import resolve_precision, uses_cuda
 from seqdiff.training.resume import recipe_changes
 from seqdiff.training.run import LAST_CHECKPOINT, TrainingInterrupted, train
-from seqdiff.training.side_by_side import INTERRUPTED, ChildRun, ChildWatch, describe, sigterm_raises, split_threads
+from seqdiff.training.side_by_side import (
+    INTERRUPTED,
+    ChildRun,
+    ChildWatch,
+    StepTimer,
+    describe,
+    sigterm_raises,
+    split_threads,
+)
 from seqdiff.training.spare import SpareProcess
 
 # The embedded default; configs/quickstart.yaml is the same recipe as a file (a test keeps them equal). Chosen by
@@ -133,41 +141,50 @@ class ProjectedTime(Callback):
     one-off allocation; validation comes later, at train.val_every)."""
 
     def __init__(self, method: str, steps_after: int, runs: int, skip: int = 5, probe: int = 20,
-                 clock=time.perf_counter, side_by_side: bool = False) -> None:
+                 clock=time.perf_counter, side_by_side: bool = False,
+                 other: Callable[[], float | None] | None = None, other_name: str = "", wait: int = 40) -> None:
+        """`other`: the other run's seconds a step once known (side by side: ChildRun.step_seconds), waited for
+        up to `wait` steps after this run's own are timed; the projection goes by the slower of the two (on a
+        2-core AVX2 host AR trained 352 s beside MDLM's 316 s, reports/quickstart_amd: MDLM's steps alone
+        under-projected)."""
         super().__init__()
         self.method, self.steps_after, self.runs, self.side_by_side = method, steps_after, runs, side_by_side
-        self.skip, self.probe, self.clock = skip, probe, clock
-        self.started: tuple[int, float] | None = None
+        self.timer = StepTimer(skip, probe, clock)
+        self.other, self.other_name, self.wait = other, other_name, wait
+        self.timed: tuple[int, float] | None = None  # (step, seconds a step) of this run
         self.message: str | None = None
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         if self.message is not None:
             return
         step = trainer.global_step
-        if self.started is None:
-            if step >= self.skip:
-                self.started = (step, self.clock())
-            return
-        first, t0 = self.started
-        if step - first < self.probe:
-            return
-        per_step = (self.clock() - t0) / (step - first)
-        self.message = self.describe(per_step, trainer.max_steps - step)
+        if self.timed is None:
+            per_step = self.timer.tick(step)
+            if per_step is None:
+                return
+            self.timed = (step, per_step)
+        theirs = self.other() if self.other is not None else None
+        if self.other is not None and theirs is None and step - self.timed[0] < self.wait:
+            return  # the second process started a moment later: its steps are timed a few steps after ours
+        self.message = self.describe(self.timed[1], trainer.max_steps - step, theirs)
         bar = getattr(trainer, "progress_bar_callback", None)
         if bar is not None:  # on a line of its own, not after the progress bar's
             bar.print(self.message, file=sys.stderr)
         else:
             print(self.message, file=sys.stderr)
 
-    def describe(self, per_step: float, steps_left: int) -> str:
-        """The line printed: the projected training time, and the step count that would fit the budget."""
-        left = per_step * (steps_left + self.steps_after)
+    def describe(self, per_step: float, steps_left: int, other_per_step: float | None = None) -> str:
+        """The line printed: the projected training time, and the step count that would fit the budget; with the
+        other run's seconds a step (side by side), by the slower of the two."""
+        slowest = max(per_step, other_per_step or 0.0)
+        left = slowest * (steps_left + self.steps_after)
         how = " (trained side by side)" if self.side_by_side else ""
-        line = (f"[quickstart] {self.method}: {per_step:.2f} s a training step on this machine; about "
+        theirs = f", {self.other_name} {other_per_step:.2f} s in the second process" if other_per_step else ""
+        line = (f"[quickstart] {self.method}: {per_step:.2f} s a training step on this machine{theirs}; about "
                 f"{_minutes(left)} of training left for the {self.runs} models{how}")
         if left <= TIME_BUDGET_S:
             return line
-        fits = max(1, int(TIME_BUDGET_S / ((1 if self.side_by_side else self.runs) * per_step)))
+        fits = max(1, int(TIME_BUDGET_S / ((1 if self.side_by_side else self.runs) * slowest)))
         return (f"{line} (the recipe fits {TIME_BUDGET_S / 60:.0f} minutes on a faster CPU; here "
                 f"`seqdiff quickstart --max-steps {fits}` would, with worse bits per character)")
 
@@ -318,7 +335,8 @@ def _train_models(configs: dict[str, RunConfig], run_dirs: dict[str, Path], log_
         try:
             watch = ChildWatch(child, here, threads)  # once AR has ended, MDLM trains on every thread
             _train_or_reuse(configs[here], run_dirs[here],
-                            ProjectedTime(here, longer, len(METHODS), side_by_side=True), watch)
+                            ProjectedTime(here, longer, len(METHODS), side_by_side=True, other=child.step_seconds,
+                                          other_name=there), watch)
             _record_training(log_dir, here, True, split[0], watch.took_threads_at and (threads, watch.took_threads_at))
             for i, task in enumerate(while_waiting):
                 if child.process.poll() is not None:

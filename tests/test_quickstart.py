@@ -161,6 +161,50 @@ def test_projected_time_reports_the_training_left_and_the_steps_that_fit_the_bud
     assert "`seqdiff quickstart --max-steps 3` would" in qs.ProjectedTime("ar", 0, 2).describe(50.0, 10)
 
 
+def test_side_by_side_the_projection_goes_by_the_slower_run(tmp_path, capsys):
+    """Side by side, the second process writes its seconds a step (StepPace) and the projection waits for them
+    (up to `wait` steps) and goes by the slower run: MDLM's steps alone under-projected where AR's were slower."""
+    from types import SimpleNamespace
+
+    import seqdiff.quickstart as qs
+    from seqdiff.training.side_by_side import ChildRun, StepPace, StepTimer, pace_file
+
+    offer = tmp_path / "ar.threads"
+    child = object.__new__(ChildRun)  # only its files: no process is started
+    child.offer = offer
+    now = [0.0]
+    theirs = StepPace(pace_file(offer), StepTimer(skip=5, probe=20, clock=lambda: now[0] * 1.2))  # 0.6 s a step
+    ours = qs.ProjectedTime("mdlm", steps_after=0, runs=2, clock=lambda: now[0], side_by_side=True,
+                            other=child.step_seconds, other_name="ar")
+    trainer = SimpleNamespace(global_step=0, max_steps=1100)
+    for step in range(1, 40):
+        now[0] += 0.5
+        trainer.global_step = step
+        if step >= 5:  # the second process started 5 steps later
+            theirs.on_train_batch_end(SimpleNamespace(global_step=step - 5), None, None, None, step - 6)
+        ours.on_train_batch_end(trainer, None, None, None, step - 1)
+        assert (ours.message is None) == (step < 30)  # its own steps timed at 25, the other's at 30
+    assert child.step_seconds() == pytest.approx(0.6)
+    err = capsys.readouterr().err
+    assert err.count("[quickstart]") == 1
+    # (1100 - 30) steps at the slower 0.6 s: 642 s; side by side 300 s / 0.6 s = 500 steps fit the budget
+    assert ("mdlm: 0.50 s a training step on this machine, ar 0.60 s in the second process; about 11 min of "
+            "training left for the 2 models (trained side by side)") in err
+    assert "`seqdiff quickstart --max-steps 500` would" in err
+    child.clear_offer()
+    assert child.step_seconds() is None and not pace_file(offer).exists()
+
+    # a second process that never says: after `wait` steps the projection goes by this run's own steps
+    alone = qs.ProjectedTime("mdlm", steps_after=0, runs=2, clock=lambda: now[0], side_by_side=True,
+                             other=child.step_seconds, other_name="ar", wait=10)
+    for step in range(1, 40):
+        now[0] += 0.5
+        trainer.global_step = step
+        alone.on_train_batch_end(trainer, None, None, None, step - 1)
+        assert (alone.message is None) == (step < 35)
+    assert "mdlm: 0.50 s a training step on this machine; about" in capsys.readouterr().err
+
+
 def test_steps_to_train_counts_what_a_run_still_needs(tmp_path):
     import seqdiff.quickstart as qs
 

@@ -153,10 +153,17 @@ class ChildRun:
             pass
 
     def clear_offer(self) -> None:
-        """Remove the offer and the child's answer (once the answer is recorded elsewhere): nothing stale is left
+        """Remove the offer, the child's answer and its step time (once recorded elsewhere): nothing stale is left
         next to the log."""
-        for path in (self.offer, taken_file(self.offer)):
+        for path in (self.offer, taken_file(self.offer), pace_file(self.offer)):
             path.unlink(missing_ok=True)
+
+    def step_seconds(self) -> float | None:
+        """The seconds a training step takes in the child (its StepPace), once it has timed them; None before."""
+        try:
+            return float(json.loads(pace_file(self.offer).read_text())["seconds_per_step"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
 
     def took_threads(self) -> tuple[int, int] | None:
         """(threads, from step) where the child took the threads offered to it; None where it did not."""
@@ -261,6 +268,50 @@ def taken_file(offer: Path) -> Path:
     return offer.with_suffix(".threads_taken")
 
 
+def pace_file(offer: Path) -> Path:
+    """Where the child writes the seconds its training steps take (JSON), for the parent's projection."""
+    return offer.with_suffix(".pace")
+
+
+class StepTimer:
+    """The seconds a training step takes, timed over steps `skip`..`skip + probe` (the first steps pay one-off
+    allocation; validation comes later, at train.val_every). `tick(step)` after each step: None until then."""
+
+    def __init__(self, skip: int = 5, probe: int = 20, clock=time.perf_counter) -> None:
+        self.skip, self.probe, self.clock = skip, probe, clock
+        self.started: tuple[int, float] | None = None
+
+    def tick(self, step: int) -> float | None:
+        if self.started is None:
+            if step >= self.skip:
+                self.started = (step, self.clock())
+            return None
+        first, t0 = self.started
+        if step - first < self.probe:
+            return None
+        return (self.clock() - t0) / (step - first)
+
+
+class StepPace(Callback):
+    """In the child: its seconds a step, written once to `path` (ChildRun.step_seconds reads them), so that the
+    parent's projection of the training time can go by the slower of the two runs, not by its own alone."""
+
+    def __init__(self, path: Path, timer: StepTimer | None = None) -> None:
+        self.path, self.timer, self.written = path, timer or StepTimer(), False
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if self.written:
+            return
+        per_step = self.timer.tick(trainer.global_step)
+        if per_step is None:
+            return
+        self.written = True
+        try:
+            atomic_write_text(self.path, json.dumps({"seconds_per_step": per_step, "step": trainer.global_step}))
+        except (OSError, SeqdiffError):
+            pass  # the parent then projects from its own steps, as before
+
+
 class ThreadOffer(Callback):
     """In the child: once the parent offers its threads (`ChildRun.offer_threads`; it has only the waiting left),
     train on them from the next step on, and say so for the parent's report. One stat of a small file a step."""
@@ -329,8 +380,9 @@ def main(argv: list[str]) -> int:
     torch.set_float32_matmul_precision("high")
     try:
         config = from_dict(RunConfig, json.loads(config_json))
+        pace = [StepPace(pace_file(Path(offer[0])))] if offer else []
         train(config, run_dir, resume=bool(int(resume)),
-              extra_callbacks=[OrphanWatch(), early, ThreadOffer(Path(offer[0]) if offer else None)])
+              extra_callbacks=[OrphanWatch(), early, ThreadOffer(Path(offer[0]) if offer else None), *pace])
     except TrainingInterrupted as stop:
         print(f"seqdiff train: {stop}", file=sys.stderr)
         return INTERRUPTED
