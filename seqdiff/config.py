@@ -439,6 +439,10 @@ class TrainConfig:
     gradients add up before one optimizer step (same data and result as unsplit; 0: no split). Must divide it."""
     compile: bool = False
     """torch.compile the backbone (Inductor); falls back to eager with a warning where compilation is unavailable."""
+    activation_checkpointing: bool = False
+    """Recompute each transformer block's activations in the backward pass instead of keeping them: activation
+    memory of the block inputs plus one block, for about one more forward pass of compute; the same gradients
+    (seqdiff.backbones.checkpointing). For batches or contexts that do not fit the GPU otherwise."""
 
     def __post_init__(self) -> None:
         for key in ("max_steps", "val_every", "checkpoint_every", "log_every", "num_nodes"):

@@ -131,6 +131,21 @@ def _ctrl_c_raises():
 
 
 @pytest.fixture
+def one_process_group(tmp_path):
+    """A gloo group of one process through a file store (no port to pick), torn down afterwards; or the one-process
+    group an earlier in-process fsdp2 run of this test process left (Lightning does not destroy it)."""
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        assert dist.get_world_size() == 1
+        yield
+        return
+    dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+@pytest.fixture
 def data_source():
     """`data_source("bert-vocab")` -> the fetched folder (the test should also carry requires_source)."""
     return fetch_source

@@ -6,7 +6,6 @@ import copy
 
 import pytest
 import torch
-import torch.distributed as dist
 
 import seqdiff.training.module as module
 from seqdiff.backbones import BLOCKS
@@ -24,19 +23,6 @@ def _needs_inductor():
     reason = module.compile_unavailable(torch.device("cpu"))
     if reason is not None:
         pytest.skip(f"torch.compile is unavailable on this machine: {reason}")
-
-
-@pytest.fixture
-def one_process_group(tmp_path):
-    """A gloo group of one process through a file store (no port to pick), torn down afterwards; or the one-process
-    group an earlier in-process fsdp2 run of this test process left (Lightning does not destroy it)."""
-    if dist.is_initialized():
-        assert dist.get_world_size() == 1
-        yield
-        return
-    dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1)
-    yield
-    dist.destroy_process_group()
 
 
 def _loss_and_grads(method, backbone, ids, seed):

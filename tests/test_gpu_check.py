@@ -116,6 +116,7 @@ def test_refuses_without_cuda_and_runs_on_cpu_when_allowed(tmp_path, capsys):
         r = result["runs"][method]
         assert r["steps"] == 3 and r["timed_steps"] == 2 and r["tokens_per_s"] > 0
         assert "train.strategy=fsdp2" in r["recipe"] and "train.micro_batch_size=2" in r["recipe"]
+        assert "train.activation_checkpointing=false" in r["recipe"]
         assert r["mfu"] == pytest.approx(r["flops_per_token"] * r["tokens_per_s"] / 1e12)
         profile = r["profile"]  # the last step, profiled on the host (no device time on the CPU)
         assert profile["wall_ms"] > 0 and profile["device_busy_ms"] is None and profile["top_device_ops"] == []
@@ -171,12 +172,14 @@ def test_strategy_auto_runs_without_the_sharding_wrapper(tmp_path):
     out = tmp_path / "gpu"
     args = ["--allow-cpu", "--preset", "test", "--seq-len", "32", "--batch-size", "4", "--micro-batch-size", "2",
             "--steps", "2", "--skip-steps", "1", "--no-compile", "--methods", "mdlm", "--strategy", "auto",
-            "--no-profile", "--out", str(out)]
+            "--no-profile", "--activation-checkpointing", "--out", str(out)]
     assert gpu_check.main(args) == 0
     result = json.loads((out / "gpu_check.json").read_text())
     assert set(result["runs"]) == {"mdlm"} and result["mdlm_over_ar_step_time"] is None
-    assert "train.strategy=auto" in result["runs"]["mdlm"]["recipe"] and result["runs"]["mdlm"]["profile"] is None
-    assert "train.strategy=auto on one device" in (out / "README.md").read_text()
+    recipe = result["runs"]["mdlm"]["recipe"]
+    assert "train.strategy=auto" in recipe and result["runs"]["mdlm"]["profile"] is None
+    assert "train.activation_checkpointing=true" in recipe  # --activation-checkpointing: the run recomputes blocks
+    assert "train.strategy=auto on one device, train.activation_checkpointing=true." in (out / "README.md").read_text()
 
 
 def test_a_profiler_that_cannot_start_costs_the_profile_not_the_run(tmp_path, monkeypatch):

@@ -33,6 +33,7 @@ from torch import Tensor, nn
 
 from seqdiff.backbones.activations import ACTIVATIONS
 from seqdiff.backbones.attention import attention
+from seqdiff.backbones.checkpointing import call_block
 from seqdiff.backbones.dit import bias_excluding, init_normal_002, select_positions
 from seqdiff.backbones.linear_cross_entropy import linear_cross_entropy
 from seqdiff.config import ConfigError, ModelConfig
@@ -128,6 +129,8 @@ class Bert(nn.Module):
     """forward(output_index=...) runs the masked-LM head at those positions only (as the DiT)."""
     fuses_loss = True
     """forward(targets=..., token_weight=...): the head's cross-entropy without the logits (as the DiT)."""
+    activation_checkpointing = False
+    """Recompute each layer's activations in the backward pass (train.activation_checkpointing)."""
 
     def __init__(self, cfg: ModelConfig, vocab_size: int, causal: bool) -> None:
         super().__init__()
@@ -204,7 +207,7 @@ class Bert(nn.Module):
             attn_mask = allowed[:, None]  # (B, 1, L, L)
         x = self.embeddings(input_ids, positions)  # (B, L, H)
         for layer in self.layers:
-            x = layer(x, attn_mask)
+            x = call_block(layer, self.activation_checkpointing, x, attn_mask)
         return x
 
     # ------------------------------------------------------------------------------ pretrained weights

@@ -63,6 +63,7 @@ from torch import Tensor, nn
 
 from seqdiff.backbones.activations import ACTIVATIONS
 from seqdiff.backbones.attention import attention
+from seqdiff.backbones.checkpointing import call_block
 from seqdiff.backbones.kmer_embedding import KmerEmbedding
 from seqdiff.backbones.linear_cross_entropy import linear_cross_entropy
 from seqdiff.backbones.local_conv import LocalConv
@@ -353,6 +354,9 @@ class DiT(nn.Module):
     --full-last-block` times the two)."""
     packed_attention = "auto"
     """Kernel for packed documents: "auto" (`packed_attention_kernel`), or "flex" / "sdpa" to force one."""
+    activation_checkpointing = False
+    """Recompute each block's activations in the backward pass (train.activation_checkpointing;
+    seqdiff.backbones.checkpointing); never with a KV cache."""
 
     def __init__(self, cfg: ModelConfig, vocab_size: int, causal: bool) -> None:
         super().__init__()
@@ -519,8 +523,9 @@ class DiT(nn.Module):
             kv = None if kv_cache is None else (kv_cache.keys[i], kv_cache.values[i])
             sites = block.conv_sites
             history = kv_cache.conv_inputs[i * sites:(i + 1) * sites] if kv_cache is not None else ()
-            x = block(x, c, rotations, attn_mask, is_causal, kv, start, keep=attention_mask, segment_ids=segment_ids,
-                      conv_history=history, output_index=output_index if i == last else None)
+            x = call_block(block, self.activation_checkpointing and kv_cache is None, x, c, rotations, attn_mask,
+                           is_causal, kv, start, keep=attention_mask, segment_ids=segment_ids, conv_history=history,
+                           output_index=output_index if i == last else None)
         if layer is not None:
             return x
         if last is None or last < 0:  # the positions were not selected inside the last block

@@ -98,6 +98,7 @@ def overrides(method: str, args: argparse.Namespace, cuda: bool) -> list[str]:
         "train.warmup_steps=10", "train.lr=3e-4", f"train.compile={str(args.compile).lower()}",
         f"train.precision={'bf16-mixed' if cuda else 'auto'}", f"train.strategy={args.strategy}", "train.devices=1",
         f"train.accelerator={'gpu' if cuda else 'cpu'}",
+        f"train.activation_checkpointing={str(args.activation_checkpointing).lower()}",
     ]
 
 
@@ -167,7 +168,8 @@ def render(result: dict[str, Any]) -> str:
         f"{result['config']['batch_size']} in micro-batches of {result['config']['micro_batch_size']}, "
         f"{result['config']['steps']} steps ({result['config']['skip_steps']} untimed), train.compile="
         f"{str(result['config']['compile']).lower()}, {result['precision']}, "
-        f"train.strategy={result['config'].get('strategy', 'fsdp2')} on one device. "
+        f"train.strategy={result['config'].get('strategy', 'fsdp2')} on one device"
+        f"{', train.activation_checkpointing=true' if result['config'].get('activation_checkpointing') else ''}. "
         f"Peak used for MFU: {result['peak_flops'] / 1e12 if result['peak_flops'] else 'unknown'} TFLOP/s "
         f"({result['peak_source']}).\n",
         "| method | tokens/s | step (s, median) | MFU | peak memory (GiB) | compiled | final train loss |",
@@ -219,6 +221,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, default=300, help="optimizer steps per method")
     p.add_argument("--skip-steps", type=int, default=30, help="first steps left out of the timing")
     p.add_argument("--no-compile", dest="compile", action="store_false", help="train eagerly")
+    p.add_argument("--activation-checkpointing", action="store_true",
+                   help="train.activation_checkpointing=true: recompute each block in the backward (less memory)")
     p.add_argument("--strategy", default="fsdp2", choices=["fsdp2", "auto"],
                    help="fsdp2 (the issue's recipe: the sharding code runs on one device) or auto (plain single "
                         "device), to measure what the sharding wrapper costs")

@@ -37,6 +37,9 @@ foreach one (`adamw_implementation`): the same update, one kernel instead of a P
 after sharding; when Inductor cannot compile a tiny probe function on the device at setup (no C++ compiler, an
 unsupported platform), the run warns in one line and stays eager.
 
+`train.activation_checkpointing` recomputes each transformer block's activations in the backward pass
+(seqdiff.backbones.checkpointing): the same gradients, less memory, about one more forward pass a step.
+
 `train.frozen_parameters` (name patterns) switches `requires_grad` off for the backbone parameters it names, for
 the whole run: autograd computes no gradient for them, the optimizer and the EMA never see them, and they keep
 their initial weights bit for bit (e.g. `layers.*`: train a BERT's embeddings and head, keep its blocks).
@@ -51,6 +54,7 @@ from typing import Any
 import lightning as L
 import torch
 
+from seqdiff.backbones.checkpointing import set_activation_checkpointing
 from seqdiff.config import ConfigError, MethodConfig, ModelConfig, TrainConfig, from_dict
 from seqdiff.data.blocks import step_generator
 from seqdiff.methods import Batch, MethodOutput, build_model
@@ -76,6 +80,7 @@ class SeqDiffModule(L.LightningModule):
         self.method, self.backbone, self.model_config = build_model(self.model_config, self.method_config,
                                                                     self.tokenizer)
         freeze_parameters(self.backbone, self.train_config.frozen_parameters)
+        set_activation_checkpointing(self.backbone, self.train_config.activation_checkpointing)
         self._eval_sums: dict[str, torch.Tensor] = {}
         self._split_step = False  # this step's gradients were accumulated over micro-batches by training_step
         self._compiled = False

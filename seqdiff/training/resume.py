@@ -37,8 +37,8 @@ RESUMABLE_KEYS: tuple[str, ...] = (
     "train.progress_bar", "train.wandb",
     # hardware and speed (the same recipe on other devices)
     "train.accelerator", "train.devices", "train.num_nodes", "train.strategy", "train.precision",
-    "train.deterministic", "train.compile", "train.micro_batch_size", "method.head_at_masked",
-    "method.fused_loss",
+    "train.deterministic", "train.compile", "train.micro_batch_size", "train.activation_checkpointing",
+    "method.head_at_masked", "method.fused_loss",
     # where the same data now lives, and how it is read
     "data.corpus", "data.train_file", "data.valid_file", "data.test_file", "data.fasta.path", "data.fasta.bed",
     "data.num_workers", "data.eval_batch_size", "data.text.cache", "data.text.cache_min_bytes",
