@@ -42,39 +42,13 @@ from seqdiff.config import MODEL_PRESETS, ModelConfig, load_run_config
 from seqdiff.methods import METHODS
 from seqdiff.safe_io import atomic_write_text, ensure_dir, written_together
 from seqdiff.tokenizers import build_tokenizer
+from seqdiff.training.device_peaks import PEAK_BF16_TFLOPS, mfu, peak_bf16_flops  # noqa: F401 (tests read them here)
 
 DEFAULT_OUT = Path("reports") / "bench" / "gpu"
-PEAK_BF16_TFLOPS: list[tuple[tuple[str, ...], float]] = [
-    (("H100", "PCIE"), 756.0),
-    (("H100",), 989.4),  # SXM / HBM3
-    (("H200",), 989.4),
-    (("GH200",), 989.4),
-    (("B200",), 2250.0),
-    (("A100",), 312.0),
-    (("L40S",), 362.0),
-    (("L4",), 121.0),
-    (("A10",), 125.0),
-]
-"""Dense bf16 tensor-core peaks (vendor data sheets, no sparsity), matched in order against the device name
-(upper case, every word of a key must occur)."""
 CATEGORY_COLUMNS = ("matmul", "attention", "elementwise", "copies", "optimizer", "autograd", "unattributed")
 """Host-time kinds shown in the README table (all of seqdiff.bench.profile.CATEGORIES are in the JSON)."""
 MFU_TARGET = 0.40
 STEP_RATIO_TARGET = 1.05
-
-
-def peak_bf16_flops(device_name: str) -> float | None:
-    """FLOP/s of the device's dense bf16 peak, from its name; None for a device not in PEAK_BF16_TFLOPS."""
-    name = device_name.upper()
-    for words, tflops in PEAK_BF16_TFLOPS:
-        if all(w in name for w in words):
-            return tflops * 1e12
-    return None
-
-
-def mfu(flops_per_token: float, tokens_per_s: float, peak_flops: float | None) -> float | None:
-    """Model FLOP utilization: achieved model FLOP/s over the peak."""
-    return None if not peak_flops else flops_per_token * tokens_per_s / peak_flops
 
 
 def model_flops_per_token(preset: str, seq_len: int, vocab_size: int, causal: bool, head_share: float = 1.0) -> int:

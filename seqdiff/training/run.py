@@ -72,6 +72,7 @@ from seqdiff.training.module import SeqDiffModule, check_micro_batch
 from seqdiff.training.precision import resolve_precision
 from seqdiff.training.progress import ResumableProgressBar
 from seqdiff.training.resume import check_resume
+from seqdiff.training.throughput import Throughput
 
 LAST_CHECKPOINT = Path("checkpoints") / "last.ckpt"
 SEQDIFF_STRATEGIES = {"fsdp2": FSDP2Strategy}
@@ -413,6 +414,7 @@ def train(config: RunConfig, run_dir: str | Path, resume: bool = False,
         callbacks.append(EMA(tcfg.ema_decay))
     if clip_search is not None:
         callbacks.append(clip_search)
+    callbacks.append(Throughput(tcfg.log_every))  # perf/tokens_per_s, perf/seconds_per_step, perf/mfu on a GPU
     if tcfg.progress_bar:
         callbacks.append(ResumableProgressBar(refresh_rate=max(1, tcfg.log_every)))
     callbacks += extra_callbacks or []
