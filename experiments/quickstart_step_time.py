@@ -39,6 +39,9 @@ VARIANTS: dict[str, dict] = {
     # session 42: bigger models for a compute-matched comparison at long budgets (reports/text/ladder)
     "deep4": {"overrides": ["model.n_layers=4"], "reuse_memory": False},
     "wide256": {"overrides": ["model.hidden_size=256", "model.n_heads=4"], "reuse_memory": False},
+    # session 43: blocks of 256 characters at the same characters a step (reports/quickstart_sweep/block_length)
+    "block256": {"overrides": ["data.seq_len=256", "model.max_seq_len=256", "data.batch_size=16"],
+                 "reuse_memory": False},
 }
 
 
