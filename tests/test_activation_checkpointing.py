@@ -225,3 +225,23 @@ def test_checkpointed_sharded_compiled_blocks_give_the_plain_gradients(one_proce
     assert dict(dynamo.utils.counters["graph_break"]) == {}
     dynamo.reset()
 
+
+
+@pytest.mark.parametrize("method_name", ["sedd", "d3pm", "bd3lm"])
+def test_every_other_method_trains_the_same_with_checkpointed_blocks(method_name):
+    """SEDD's score, D3PM's transitions and BD3-LM's block-causal mask over [x_t, x_0] go through the same blocks."""
+    from seqdiff.methods import build_model
+
+    tok = CharTokenizer()
+    torch.manual_seed(0)
+    method, plain, _ = build_model(dataclasses.replace(SMALL, time_conditioning=None, max_seq_len=48),
+                                   MethodConfig(name=method_name), tok)
+    checked = copy.deepcopy(plain)
+    assert set_activation_checkpointing(checked, True) == 1
+    ids = _ids(length=24)
+    loss, grads = _loss_and_grads(plain, method, ids)
+    loss_c, grads_c = _loss_and_grads(checked, method, ids)
+    torch.testing.assert_close(loss_c, loss, rtol=1e-6, atol=1e-7)
+    assert set(grads_c) == set(grads) and grads
+    for n, g in grads.items():
+        torch.testing.assert_close(grads_c[n], g, rtol=1e-5, atol=1e-7, msg=n)
