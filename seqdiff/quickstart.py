@@ -143,8 +143,7 @@ class ProjectedTime(Callback):
     that fits the budget there, not after twenty. Steps `skip`.. `skip + probe` are timed (the first ones pay
     one-off allocation; validation comes later, at train.val_every). After the first validation pass a second
     line follows if what the steps since the first line really took (validation passes and checkpoint writes
-    included) moved the projection by more than REFINE_TOLERANCE (`refine`; on the AVX2 host the first line was
-    5-7% short)."""
+    included) moved the projection by more than REFINE_TOLERANCE (`refine`)."""
 
     def __init__(self, method: str, steps_after: int, runs: int, skip: int = 5, probe: int = 20,
                  clock=time.perf_counter, side_by_side: bool = False,
@@ -196,13 +195,15 @@ class ProjectedTime(Callback):
 
     def refine(self, trainer) -> str:
         """After the first validation pass: the projection again with what the steps since the first line really
-        took (validation, checkpoint writes, a busier machine), as a second line when it moved by more than
-        REFINE_TOLERANCE; "" when the first line holds. (The first line times training steps alone.)"""
+        took (validation, checkpoint writes, a busier or quieter machine), as a second line when it moved by more
+        than REFINE_TOLERANCE either way; "" when the first line holds. (The first line times training steps alone,
+        early, when the second process is still starting: on the AVX2 host it was 5-7% short in one run and 16%
+        long in another.) The other process's seconds a step are scaled by this run's ratio."""
         step_then, then, went_by = self.printed
         steps, steps_left = trainer.global_step - step_then, trainer.max_steps - trainer.global_step
         if steps <= 0 or steps_left <= 0:
             return ""
-        overhead = max(1.0, (self.timer.clock() - then) / steps / self.timed[1])  # real time a step / timed, this run
+        overhead = (self.timer.clock() - then) / steps / self.timed[1]  # real time a step / timed, this run
         theirs = self.other() if self.other is not None else None
         if abs(max(self.timed[1], theirs or 0.0) * overhead - went_by) <= REFINE_TOLERANCE * went_by:
             return ""

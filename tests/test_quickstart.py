@@ -164,18 +164,18 @@ def test_projected_time_reports_the_training_left_and_the_steps_that_fit_the_bud
 def test_a_second_line_after_the_first_validation_when_the_projection_moved(capsys):
     """Steps of 0.5 s, one line at step 25; a validation pass (and checkpoint) of `pause` seconds at step 250. The
     steps since the line really took (226 x 0.5 + 30) / 226 = 0.633 s, 1.27x the timed ones: a second line with the
-    new projection. A 1 s pause moves it by 0.9%: no second line."""
+    new projection. A 1 s pause moves it by 0.9%: no second line. Steps of 0.4 s after the line: a lower one."""
     from types import SimpleNamespace
 
     import seqdiff.quickstart as qs
 
-    for pause, second in ((30.0, True), (1.0, False)):
+    for pause, second, later in ((30.0, True, 0.5), (1.0, False, 0.5), (0.0, True, 0.4)):
         now = [0.0]
         projected = qs.ProjectedTime("mdlm", steps_after=0, runs=2, skip=5, probe=20, clock=lambda now=now: now[0])
         trainer = SimpleNamespace(global_step=0, max_steps=1100)
         projected.on_validation_end(trainer, None)  # Lightning's sanity check, before the line: ignored
         for step in range(1, 300):
-            now[0] += 0.5
+            now[0] += 0.5 if step <= 25 else later  # `later`: the steps after the line (0.4: a quieter machine)
             trainer.global_step = step
             projected.on_train_batch_end(trainer, None, None, None, step - 1)
             if step == 250:
@@ -183,11 +183,15 @@ def test_a_second_line_after_the_first_validation_when_the_projection_moved(caps
                 projected.on_validation_end(trainer, None)
         err = capsys.readouterr().err
         assert err.count("[quickstart]") == 1 + second and projected.refined is not None
-        if second:
+        if second and later == 0.5:
             # (1100 - 251) steps at 0.5 x 1.2655 s: 537 s, above the budget; 300 / (2 x 0.633) = 237 steps fit
             assert ("[quickstart] mdlm at step 251, validation and checkpoints counted: 1.27x the timed steps; "
                     "about 537 s of training left for the 2 models") in err
             assert "`seqdiff quickstart --max-steps 237` would" in err
+        elif second:  # faster after the line: the projection comes down, (1100 - 251) x 0.4 s = 340 s
+            assert "at step 251, validation and checkpoints counted: 0.80x the timed steps; about 340 s" in err
+            # 300 / (2 x 0.4) = 375 steps, 374 after the clock's float sums round 0.4 s a step up by a hair
+            assert "`seqdiff quickstart --max-steps 374` would" in err
 
 
 def test_side_by_side_the_projection_goes_by_the_slower_run(tmp_path, capsys):
