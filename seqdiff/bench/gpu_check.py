@@ -11,7 +11,7 @@ Measured per method, over the steps after the first `--skip-steps` (compilation,
   synchronized: forward, backward, optimizer; data loading and validation excluded);
 - MFU: model FLOPs per token (DiT.flops_per_token: 6 N + 12 n_layers d L, PaLM's convention; MDLM's output
   head counted at the share of positions where it runs, `Method.head_share`) x tokens/s over
-  the device's dense bf16 peak (PEAK_BF16_TFLOPS by device name, or --peak-tflops);
+  the device's dense bf16 peak (seqdiff.training.device_peaks by device name, or --peak-tflops);
 - peak memory: torch.cuda.max_memory_allocated over the run;
 and MDLM's step time over AR's; and one torch.profiler run over the last step (`StepProfiler`: the device's busy
 share of the step and the host's operator time; the first GPU run was host-bound at micro-batches of 16 under
@@ -42,7 +42,7 @@ from seqdiff.config import MODEL_PRESETS, ModelConfig, load_run_config
 from seqdiff.methods import METHODS
 from seqdiff.safe_io import atomic_write_text, ensure_dir, written_together
 from seqdiff.tokenizers import build_tokenizer
-from seqdiff.training.device_peaks import PEAK_BF16_TFLOPS, mfu, peak_bf16_flops  # noqa: F401 (tests read them here)
+from seqdiff.training.device_peaks import mfu, peak_bf16_flops
 
 DEFAULT_OUT = Path("reports") / "bench" / "gpu"
 CATEGORY_COLUMNS = ("matmul", "attention", "elementwise", "copies", "optimizer", "autograd", "unattributed")
