@@ -29,7 +29,7 @@ from seqdiff.data.text import split_path, tokenize_file
 from seqdiff.evaluation.generate import write_atomically
 from seqdiff.evaluation.likelihood import evaluate_tokens
 from seqdiff.figures import pyplot, save_figure
-from seqdiff.quickstart import NUM_T_SAMPLES, QUICKSTART, run_quickstart
+from seqdiff.quickstart import LEARNING_RATES, NUM_T_SAMPLES, QUICKSTART, run_quickstart
 from seqdiff.safe_io import written_together
 from seqdiff.training.guards import TrainingInterrupted
 from seqdiff.training.run import LAST_CHECKPOINT
@@ -104,7 +104,8 @@ def render(rows: list[dict[str, Any]], command: str) -> str:
     lines = [
         "# What more training buys: the quickstart recipe at several step counts",
         "",
-        f"Made by `{command}`. Each row is `seqdiff quickstart --max-steps N` (MDLM at lr 4e-3, AR at 1e-3, cosine "
+        f"Made by `{command}`. Each row is `seqdiff quickstart --max-steps N` (MDLM at lr "
+        f"{LEARNING_RATES['mdlm']:g}, AR at {LEARNING_RATES['ar']:g}, cosine "
         "decay over the N steps, 32 x 128 characters a step), scored on the unseen test play (Romeo and Juliet); "
         "MDLM's figure is its NELBO bound (4 time samples per block), AR's and the n-gram's are exact.",
         "",

@@ -70,8 +70,9 @@ CANDIDATES: dict[str, list[str]] = {
 recipe changed in session 13 (2,000 steps, train.precision=bf16-if-native): the rows of
 reports/quickstart_sweep/results.json were measured against the 1,000-step float32 recipe, which
 `train.max_steps=1000 train.precision=auto` reproduces. Since session 36 each method starts from its own learning rate
-(seqdiff.quickstart.LEARNING_RATES: MDLM 4e-3, AR 1e-3); the rows before were measured with 2e-3 for both, which
-`train.lr=2e-3` reproduces.
+(seqdiff.quickstart.LEARNING_RATES); the rows before were measured with 2e-3 for both, which `train.lr=2e-3`
+reproduces. Since session 44 AR starts from its own step count and rate (MAX_STEPS, LEARNING_RATES: 550 steps at
+2e-3); AR's rows from session 36 to 43 were measured at 1,100 steps and 1e-3 (`train.max_steps=1100 train.lr=1e-3`).
 `method.*` overrides are MDLM's: AR trains without them, and reuses the run of an earlier candidate whose
 AR overrides are the same (mask_count's AR run is the baseline's; both complementary candidates' AR run is
 complementary-16's, AR at 16 windows per step)."""

@@ -280,7 +280,7 @@ class QuickstartOptions:
     run_dir: str = "runs/quickstart"
     """Folder for the two runs."""
     max_steps: int | None = None
-    """Training steps per model (default: the recipe's)."""
+    """Training steps of each model, both the same (default: each model's own, seqdiff.quickstart.MAX_STEPS)."""
     overwrite: bool = False
     """Replace earlier quickstart runs."""
     seed: int | None = None

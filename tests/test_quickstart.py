@@ -67,10 +67,10 @@ def test_quickstart_end_to_end_and_reuse(tmp_path, capsys, monkeypatch):
     assert "nucleus sampling at top_p 0.9" in summary  # the samples' setting is stated
     assert "MDLM's training noise: method.time_sampling mask_count, mask_count_law inverse_sqrt" in summary
     # each model trained at its own learning rate, as its checkpoint's recipe and the summary say
-    assert results["learning_rates"] == qs.LEARNING_RATES == {"mdlm": 4e-3, "ar": 1e-3}
+    assert results["learning_rates"] == qs.LEARNING_RATES == {"mdlm": 4e-3, "ar": 2e-3}
     for method, lr in qs.LEARNING_RATES.items():
         assert read_checkpoint(runs / method / "checkpoints" / "last.ckpt")["hyper_parameters"]["train"]["lr"] == lr
-    assert "AdamW lr 0.004 (MDLM) and 0.001 (AR) with cosine decay" in summary
+    assert "AdamW lr 0.004 (MDLM) and 0.002 (AR) with cosine decay" in summary
     shown = results["models"]["ar"]["samples"]
     assert f"    {shown[qs.SHOWN - 1]}\n" in summary and f"    {shown[qs.SHOWN]}\n" not in summary
     assert f"| n-gram (Witten-Bell, order {ngram['order']}) | {ngram['bits_per_character']:.4f} |" in summary
@@ -123,7 +123,7 @@ def test_the_sweep_reuses_a_finished_run_of_the_same_recipe_only(tmp_path):
     assert first["steps"] == 2 and first["valid_bits_per_character"] > 0
     assert sweep.run_candidate("tiny", tiny, tmp_path, methods=("ar",))["methods"]["ar"] == first  # reused as is
     written = (tmp_path / "tiny" / "ar" / "checkpoints" / "last.ckpt").stat().st_mtime_ns
-    with pytest.raises(ConfigError, match=r"tiny/ar holds a finished run of another recipe \(train.lr: 0.001 -> "
+    with pytest.raises(ConfigError, match=r"tiny/ar holds a finished run of another recipe \(train.lr: 0.002 -> "
                                           r"0.0005\); remove it or pass another --run-root"):
         sweep.run_candidate("tiny", [*tiny, "train.lr=5e-4"], tmp_path, methods=("ar",))
     assert (tmp_path / "tiny" / "ar" / "checkpoints" / "last.ckpt").stat().st_mtime_ns == written
@@ -213,17 +213,18 @@ def test_side_by_side_the_projection_goes_by_the_slower_run(tmp_path, capsys):
     for step in range(1, 40):
         now[0] += 0.5
         trainer.global_step = step
-        if step >= 5:  # the second process started 5 steps later
+        if step > 5:  # the second process started 5 steps later
             theirs.on_train_batch_end(SimpleNamespace(global_step=step - 5), None, None, None, step - 6)
         ours.on_train_batch_end(trainer, None, None, None, step - 1)
         assert (ours.message is None) == (step < 30)  # its own steps timed at 25, the other's at 30
     assert child.step_seconds() == pytest.approx(0.6)
     err = capsys.readouterr().err
     assert err.count("[quickstart]") == 1
-    # (1100 - 30) steps at the slower 0.6 s: 642 s; side by side 300 s / 0.6 s = 500 steps fit the budget
-    assert ("mdlm: 0.50 s a training step on this machine, ar 0.60 s in the second process; about 11 min of "
+    # (1100 - 30) steps each: MDLM's end at 535 s, AR's 107 s later alone, 1.35x faster on every thread: 614 s;
+    # side by side a step of both costs 0.5 + 0.1 / 1.35 s, so 300 s fit 522 steps
+    assert ("mdlm: 0.50 s a training step on this machine, ar 0.60 s in the second process; about 10 min of "
             "training left for the 2 models (trained side by side)") in err
-    assert "`seqdiff quickstart --max-steps 500` would" in err
+    assert "`seqdiff quickstart --max-steps 522` would" in err
     child.clear_offer()
     assert child.step_seconds() is None and not pace_file(offer).exists()
 
@@ -238,10 +239,49 @@ def test_side_by_side_the_projection_goes_by_the_slower_run(tmp_path, capsys):
     assert "mdlm: 0.50 s a training step on this machine; about" in capsys.readouterr().err
 
 
+def test_side_by_side_the_projection_counts_each_runs_own_steps_and_the_takeover():
+    """AR trains fewer steps than MDLM (MAX_STEPS): its slower steps end first, and MDLM trains its last steps on
+    every thread, TAKEOVER_SPEEDUP faster. Counted from where this run started, also when it resumed."""
+    from types import SimpleNamespace
+
+    import seqdiff.quickstart as qs
+
+    assert qs.TAKEOVER_SPEEDUP == 1.35
+    for start, other_steps, left, advice in ((0, 550, 240, False), (0, 1100, 309, True), (500, 50, 108, False)):
+        now = [0.0]
+        projected = qs.ProjectedTime("mdlm", steps_after=0, runs=2, clock=lambda now=now: now[0], side_by_side=True,
+                                     other=lambda: 0.3, other_name="ar", other_steps=other_steps)
+        trainer = SimpleNamespace(global_step=start, max_steps=1100)
+        for step in range(start + 1, start + 30):
+            now[0] += 0.25
+            trainer.global_step = step
+            projected.on_train_batch_end(trainer, None, None, None, step - 1)
+        # at step start + 25: MDLM has 1075 - start steps left at 0.25 s, AR other_steps - 25 at 0.3 s. AR 550:
+        # 525 x 0.3 = 157.5 s, then MDLM's (268.75 - 157.5) s alone 1.35x faster, 240 s: within the budget, where
+        # AR's slower steps for all 1,100 would not fit (322.5 s; MDLM ends first: 268.75 + 53.75 / 1.35 = 309 s).
+        # Resumed at step 500 with AR 50 steps from its end (the timing skips the resumed run's first steps too):
+        # 25 x 0.3 + (143.75 - 7.5) / 1.35 = 108 s.
+        line = f"about {left} s of training left for the 2 models (trained side by side)"
+        assert line in projected.message and ("--max-steps" in projected.message) == advice, projected.message
+    # the other run is done before this one starts: all of this run's steps, 1.35x faster throughout
+    assert qs.ProjectedTime("mdlm", 0, 2, side_by_side=True).seconds_left(0.27, 100, 0.3, other_left=0) == (
+        pytest.approx(20.0))
+
+
 def test_steps_to_train_counts_what_a_run_still_needs(tmp_path):
     import seqdiff.quickstart as qs
 
     assert qs._steps_to_train(tmp_path / "nothing", 1100) == 1100
+
+
+def test_the_summary_gives_each_models_steps_where_they_differ():
+    import seqdiff.quickstart as qs
+
+    same = {m: {"steps": 3, "tokens_seen": 12288} for m in qs.METHODS}
+    assert qs._steps_sentence(same) == "3 steps (12,288 training tokens each)"
+    own = {"mdlm": {"steps": 1100, "tokens_seen": 4505600}, "ar": {"steps": 550, "tokens_seen": 2252800}}
+    assert qs._steps_sentence(own).startswith("1,100 steps for MDLM (4,505,600 training tokens) and 550 steps for AR "
+                                              "(2,252,800 training tokens), each model's own step count")
 
 
 def test_the_summary_names_mdlms_training_noise_as_resolved():
@@ -254,15 +294,23 @@ def test_the_summary_names_mdlms_training_noise_as_resolved():
     assert "mask_count_law uniform (k of a row's n characters masked, k uniform on 1..n" in uniform
 
 
-def test_each_quickstart_run_is_the_recipe_with_its_method_and_learning_rate_only():
+def test_each_quickstart_run_is_the_recipe_with_its_method_learning_rate_and_steps_only():
     import seqdiff.quickstart as qs
     from experiments import quickstart_sweep as sweep
 
+    assert qs.MAX_STEPS["mdlm"] == qs.QUICKSTART.train.max_steps and qs.MAX_STEPS["ar"] < qs.MAX_STEPS["mdlm"]
     for method in qs.METHODS:
         run = qs.method_recipe(qs.QUICKSTART, method)
         assert run.method.name == method and run.train.lr == qs.LEARNING_RATES[method]
+        assert run.train.max_steps == qs.MAX_STEPS[method]
         assert replace(run, name=qs.QUICKSTART.name, method=replace(run.method, name="mdlm"),
-                       train=replace(run.train, lr=qs.QUICKSTART.train.lr)) == qs.QUICKSTART
+                       train=replace(run.train, lr=qs.QUICKSTART.train.lr,
+                                     max_steps=qs.QUICKSTART.train.max_steps)) == qs.QUICKSTART
+        # --max-steps N: both models N steps, no interval longer than the run
+        short = qs.method_recipe(qs.QUICKSTART, method, max_steps=3).train
+        assert (short.max_steps, short.val_every, short.checkpoint_every, short.log_every, short.warmup_steps) == (
+            3, 3, 3, 3, 3)
+        assert sweep.candidate_config("baseline", [], method).train.max_steps == qs.MAX_STEPS[method]
         # the sweep starts each method from the quickstart's run of it; a candidate's train.lr still wins
         assert sweep.candidate_config("baseline", [], method).train.lr == qs.LEARNING_RATES[method]
         assert sweep.candidate_config("lr", ["train.lr=3e-3"], method).train.lr == 3e-3

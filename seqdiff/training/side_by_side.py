@@ -274,16 +274,20 @@ def pace_file(offer: Path) -> Path:
 
 
 class StepTimer:
-    """The seconds a training step takes, timed over steps `skip`..`skip + probe` (the first steps pay one-off
-    allocation; validation comes later, at train.val_every). `tick(step)` after each step: None until then."""
+    """The seconds a training step takes, timed over steps `skip`..`skip + probe` of this training (counted from
+    where it began, a resumed run's checkpoint included: the first steps pay one-off allocation; validation comes
+    later, at train.val_every). `tick(step)` after each step: None until then."""
 
     def __init__(self, skip: int = 5, probe: int = 20, clock=time.perf_counter) -> None:
         self.skip, self.probe, self.clock = skip, probe, clock
+        self.began: int | None = None  # the step count before the first step ticked
         self.started: tuple[int, float] | None = None
 
     def tick(self, step: int) -> float | None:
+        if self.began is None:
+            self.began = step - 1
         if self.started is None:
-            if step >= self.skip:
+            if step - self.began >= self.skip:
                 self.started = (step, self.clock())
             return None
         first, t0 = self.started
