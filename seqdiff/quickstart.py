@@ -44,7 +44,7 @@ from seqdiff.tokenizers.char import text8_normalize
 from seqdiff.training.csv_log import metric_curve, read_metrics
 from seqdiff.training.lock import RunLock
 from seqdiff.training.precision import resolve_precision, uses_cuda
-from seqdiff.training.resume import recipe_changes
+from seqdiff.training.resume import RESUMABLE_KEYS, recipe_changes
 from seqdiff.training.run import LAST_CHECKPOINT, TrainingInterrupted, train
 from seqdiff.training.side_by_side import (
     INTERRUPTED,
@@ -341,12 +341,12 @@ sizes it filled in: those (hidden_size, n_layers, n_heads) are compared on their
 null) and the quickstart's (cpu-tiny) of the same sizes are the same run."""
 
 
-def finished_run_changes(config: RunConfig, run_dir: Path) -> str:
+def finished_run_changes(config: RunConfig, run_dir: Path, ignore: Sequence[str] = REUSE_IGNORES) -> str:
     """'' when the run in `run_dir` (its last checkpoint) trained `config`'s recipe, else what differs, as
-    'key: old -> new; ...' (keys in REUSE_IGNORES aside). Also what the recipe sweep checks before reusing a run."""
+    'key: old -> new; ...' (keys in `ignore` aside). Also what the recipe sweep checks before reusing a run."""
     saved = read_checkpoint(run_dir / LAST_CHECKPOINT).get("hyper_parameters", {})
     changes = {k: v for k, v in recipe_changes(saved, config, saved.get("tokenizer") or {}).items()
-               if k not in REUSE_IGNORES}
+               if k not in ignore}
     return "; ".join(f"{k}: {old!r} -> {new!r}" for k, (old, new) in changes.items())
 
 
@@ -355,6 +355,18 @@ def _check_reusable(config: RunConfig, run_dir: Path) -> None:
     listed = finished_run_changes(config, run_dir)
     if listed:
         raise ConfigError(f"[quickstart] {run_dir} holds a finished run of another recipe ({listed}); pass "
+                          "--overwrite to replace it or --run-dir to train elsewhere")
+
+
+def _check_resumable(config: RunConfig, run_dir: Path) -> None:
+    """Refuse, before any training starts (and before a second process does), to resume an interrupted run of
+    another recipe (another --seed, or a run of an earlier version's recipe, such as AR's 1,100 steps at 1e-3 before
+    session 44), naming what differs; the step count may change on resume."""
+    if not (run_dir / LAST_CHECKPOINT).is_file():
+        return  # nothing to compare with: the run starts afresh
+    listed = finished_run_changes(config, run_dir, ignore=(*REUSE_IGNORES, *RESUMABLE_KEYS))
+    if listed:
+        raise ConfigError(f"[quickstart] {run_dir} holds an interrupted run of another recipe ({listed}); pass "
                           "--overwrite to replace it or --run-dir to train elsewhere")
 
 
@@ -416,6 +428,9 @@ def _train_models(configs: dict[str, RunConfig], run_dirs: dict[str, Path], log_
     that AR's training sets; once AR has finished, the rest are left to the caller (with every thread). A stop
     during one stops AR too, as during training. `spare`: a process already importing (the CLI starts it first
     thing, seqdiff.training.spare) that trains AR if it runs side by side; the caller dismisses it otherwise."""
+    for method in METHODS:
+        if _run_state(run_dirs[method], configs[method].train.max_steps) == "partial":
+            _check_resumable(configs[method], run_dirs[method])
     threads = torch.get_num_threads()
     todo = [m for m in METHODS if _run_state(run_dirs[m], configs[m].train.max_steps) != "done"]
     cuda = uses_cuda(configs[METHODS[0]].train.accelerator)

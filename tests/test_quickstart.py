@@ -137,6 +137,28 @@ def test_the_sweep_reuses_a_finished_run_of_the_same_recipe_only(tmp_path):
     assert finished_run_changes(wider, tmp_path / "tiny" / "ar") == "model.hidden_size: 128 -> 256"
 
 
+def test_an_interrupted_run_of_another_recipe_is_refused_before_anything_trains(tmp_path, monkeypatch):
+    """An interrupted AR run of the recipe before session 44 (lr 1e-3) in the run folder: one message naming the key
+    and the way out, before a second process starts, not a failure inside it; a step count alone may change."""
+    import seqdiff.quickstart as qs
+    from seqdiff.config import ConfigError
+    from seqdiff.training.run import train
+
+    small = replace(qs.QUICKSTART, data=replace(qs.QUICKSTART.data, batch_size=2),
+                    model=replace(qs.QUICKSTART.model, kmer_sizes=[]))
+    configs = {method: qs.method_recipe(small, method, max_steps=4) for method in qs.METHODS}
+    old = replace(configs["ar"], train=replace(configs["ar"].train, lr=1e-3, max_steps=2))
+    train(old, tmp_path / "ar")
+    assert qs._run_state(tmp_path / "ar", 4) == "partial"
+    qs._check_resumable(replace(old, train=replace(old.train, max_steps=4)), tmp_path / "ar")  # longer: resumable
+    monkeypatch.setattr(qs, "ChildRun", lambda *a, **k: pytest.fail("a second process was started"))
+    monkeypatch.setattr(qs, "_train_or_reuse", lambda *a, **k: pytest.fail("a run was trained"))
+    for sequential in (False, True):
+        with pytest.raises(ConfigError, match=r"/ar holds an interrupted run of another recipe \(train.lr: 0.001 -> "
+                                              r"0.002\); pass --overwrite to replace it or --run-dir"):
+            qs._train_models(configs, {m: tmp_path / m for m in qs.METHODS}, tmp_path, sequential=sequential)
+
+
 def test_projected_time_reports_the_training_left_and_the_steps_that_fit_the_budget(capsys):
     """Timed on a stand-in clock: steps skip..skip+probe give the seconds a step, the rest is arithmetic."""
     from types import SimpleNamespace
