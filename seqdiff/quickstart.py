@@ -191,7 +191,7 @@ class ProjectedTime(Callback):
         self.start_step: int | None = None  # this run's step when its training (or its resume) began
         self.timed: tuple[int, float] | None = None  # (step, seconds a step) of this run
         self.message: str | None = None
-        self.printed: tuple[int, float, float] | None = None  # (step, clock, seconds a step it went by) at the line
+        self.printed: tuple[int, float, float] | None = None  # (step, clock, training seconds left) at the line
         self.validated = False  # a validation pass (and the checkpoint with it) has run since the line
         self.refined: str | None = None  # the second line ("" when the first one held)
 
