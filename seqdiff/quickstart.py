@@ -216,10 +216,10 @@ class ProjectedTime(Callback):
         theirs = self.other() if self.other is not None else None
         if self.other is not None and theirs is None and step - self.timed[0] < self.wait:
             return  # the second process started a moment later: its steps are timed a few steps after ours
-        self.message = self.describe(self.timed[1], trainer.max_steps - step, theirs,
-                                     other_left=self._other_left(trainer, step))
-        self.printed = (step, self.timer.clock(), self.seconds_left(self.timed[1], trainer.max_steps - step, theirs,
-                                                                    other_left=self._other_left(trainer, step)))
+        steps_left, other_left = trainer.max_steps - step, self._other_left(trainer, step)
+        self.message = self.describe(self.timed[1], steps_left, theirs, other_left=other_left)
+        self.printed = (step, self.timer.clock(),
+                        self.seconds_left(self.timed[1], steps_left, theirs, other_left=other_left))
         self._print(trainer, self.message)
 
     def _other_left(self, trainer, step: int) -> int:
@@ -269,8 +269,7 @@ class ProjectedTime(Callback):
             return max(per_step, other_per_step or 0.0) * overhead * (steps_left + self.steps_after)
         mine = per_step * overhead * (steps_left + self.steps_after)
         theirs = (other_per_step or per_step) * overhead * (steps_left if other_left is None else other_left)
-        first, last = sorted((mine, theirs))
-        return first + (last - first) / TAKEOVER_SPEEDUP
+        return _with_takeover(mine, theirs)
 
     def describe(self, per_step: float, steps_left: int, other_per_step: float | None = None,
                  overhead: float = 1.0, at_step: int | None = None, other_left: int | None = None) -> str:
@@ -297,10 +296,15 @@ class ProjectedTime(Callback):
         """Training seconds a step when every run trains as many steps (`--max-steps N`): one after the other, the
         slower step for each run; side by side, the faster run's step, and the slower run's extra time in its last
         steps TAKEOVER_SPEEDUP faster."""
-        fast, slow = sorted((per_step * overhead, (other_per_step or per_step) * overhead))
-        if not self.side_by_side:
-            return self.runs * slow
-        return fast + (slow - fast) / TAKEOVER_SPEEDUP
+        mine, theirs = per_step * overhead, (other_per_step or per_step) * overhead
+        return _with_takeover(mine, theirs) if self.side_by_side else self.runs * max(mine, theirs)
+
+
+def _with_takeover(mine: float, theirs: float) -> float:
+    """Seconds until both side-by-side runs end, from each one's seconds alone beside the other: the one that ends
+    last trains its rest TAKEOVER_SPEEDUP faster on every thread."""
+    first, last = sorted((mine, theirs))
+    return first + (last - first) / TAKEOVER_SPEEDUP
 
 
 def _learning_rates(results: dict) -> str:
