@@ -73,6 +73,7 @@ reports/quickstart_sweep/results.json were measured against the 1,000-step float
 (seqdiff.quickstart.LEARNING_RATES); the rows before were measured with 2e-3 for both, which `train.lr=2e-3`
 reproduces. Since session 44 AR starts from its own step count and rate (MAX_STEPS, LEARNING_RATES: 550 steps at
 2e-3); AR's rows from session 36 to 43 were measured at 1,100 steps and 1e-3 (`train.max_steps=1100 train.lr=1e-3`).
+Since session 45 MDLM trains 1,000 steps (MAX_STEPS); its rows before were measured at 1,100 (`train.max_steps=1100`).
 `method.*` overrides are MDLM's: AR trains without them, and reuses the run of an earlier candidate whose
 AR overrides are the same (mask_count's AR run is the baseline's; both complementary candidates' AR run is
 complementary-16's, AR at 16 windows per step)."""

@@ -63,7 +63,8 @@ from seqdiff.training.spare import SpareProcess
 # model.local_conv=9 (session 14, reports/quickstart_sweep/local_conv): MDLM 2.97 against 3.15 bits, AR 2.17 / 2.21;
 # model.local_conv_mlp (session 16, reports/quickstart_sweep/conv_mlp): MDLM 2.66 against 2.96, AR 2.13 / 2.17 at
 # 2,000 steps, but each step costs about 1.6x on this CPU (488 s in all), so the recipe trains 1,100 steps to fit the
-# 5-minute budget (1,200 steps took 311 s: MDLM 2.81, AR 2.28 test bits; reports/quickstart_sweep/README.md).
+# 5-minute budget (1,200 steps took 311 s: MDLM 2.81, AR 2.28 test bits; reports/quickstart_sweep/README.md; since
+# session 45 MDLM trains 1,000 and AR 550, MAX_STEPS).
 # model.kmer_sizes=[2, 3, 4, 5] (session 17, reports/quickstart_sweep/kmer): embeddings of the 2- to 5-character
 # windows around each position, MDLM 2.61 against 2.79 and AR 2.15 / 2.19 validation bits at 1,100 steps.
 # method.time_sampling: auto, the library's default (mask_count with mask_count_law=inverse_sqrt for this MDLM), in
@@ -82,16 +83,19 @@ the 2e-3 both shared since session 8 was chosen before the convolutions, the k-m
 estimator; at 1,100 steps MDLM is best at 4e-3 (2.5382 / 2.5412 bits under seeds 0 / 1 against 2.5487 / 2.5475 at
 2e-3; 6e-3 2.5513) and AR at 0.7-1e-3 (1e-3: 2.1316 / 2.1374 against 2.1489 / 2.1574 at 2e-3). Session 44: AR
 trains 550 steps (MAX_STEPS), and there 2e-3 is best (2.1307 against 2.1411 at 1e-3)."""
-MAX_STEPS = {"mdlm": 1100, "ar": 550}
-"""Each model's training steps (session 44, reports/quickstart_sweep/ar_steps, validation play): MDLM improves at
-every rung of reports/text/ladder (2.724 test bits at 550 steps, 2.598 at 1,100, 2.440 at 4,400); AR does not past
-~550-750 steps (2.2617 test bits at 550, 2.2615 at 1,100; its validation curve is lowest at steps 500-750, and then
-it memorizes the training plays). AR at 550 steps and lr 2e-3 scores 2.1307 / 2.1471 validation bits under seeds
-0 / 1 against 2.1316 / 2.1374 at 1,100 steps and 1e-3 (seed 0 at 700 steps: 2.1317; 400: 2.1426): +0.004 bits on
-average, within what two seeds differ by. Side by side AR then finishes first and MDLM trains its last steps on every
-thread (ChildWatch): the quickstart's time is MDLM's training and scoring (1.3x sooner on the 2-core AVX2 host,
-reports/quickstart_side_by_side/session44_runs). `--max-steps N` trains both N steps (each at its own learning
-rate)."""
+MAX_STEPS = {"mdlm": 1000, "ar": 550}
+"""Each model's training steps (sessions 44-45, reports/quickstart_sweep/ar_steps and mdlm_steps, validation
+play): MDLM improves at every rung of reports/text/ladder (2.724 test bits at 550 steps, 2.598 at 1,100, 2.440 at
+4,400); AR does not past ~550-750 steps (2.2617 test bits at 550, 2.2615 at 1,100; its validation curve is lowest at
+steps 500-750, and then it memorizes the training plays). AR at 550 steps and lr 2e-3 scores 2.1307 / 2.1471
+validation bits under seeds 0 / 1 against 2.1316 / 2.1374 at 1,100 steps and 1e-3 (seed 0 at 700 steps: 2.1317;
+400: 2.1426): +0.004 bits on average, within what two seeds differ by. Side by side AR then finishes first and MDLM
+trains its last steps on every thread (ChildWatch): the quickstart's time is MDLM's training and scoring (1.3x sooner
+on the 2-core AVX2 host, reports/quickstart_side_by_side/session44_runs). Session 45: MDLM trains 1,000 steps, not
+1,100, so that the quickstart fits the 5-minute budget on the 2-core AVX2 host too (its last steps there, on both
+threads, take ~0.2 s each): 2.5542 / 2.5598 validation bits under seeds 0 / 1 against 2.5382 / 2.5412 at 1,100
+(+0.017 bits, 0.7%; lr 5e-3 at 1,000 steps: 2.5545 / 2.5563, the same within the seeds' spread).
+`--max-steps N` trains both N steps (each at its own learning rate)."""
 QUICKSTART = RunConfig(
     name="quickstart",
     model=ModelConfig(preset="cpu-tiny", hidden_size=128, n_layers=2, n_heads=2, max_seq_len=128, local_conv=9,

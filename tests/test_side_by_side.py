@@ -134,8 +134,8 @@ def test_sigterm_while_waiting_for_the_second_process_stops_it_and_names_its_che
     assert (root / "ar.threads").read_text() == "2\n"  # the offer AR's process reads at its next step
     assert f"{run_dirs['ar']} (the second process) stopped after writing a checkpoint" in err
     assert torch.get_num_threads() == 2
-    clock, watch = trained[0]  # MDLM's projection counts AR's own 1,080 steps left (MDLM has 1,050)
-    assert (clock.steps_after, clock.other_steps) == (0, 1080) and clock.side_by_side
+    clock, watch = trained[0]  # MDLM's projection counts AR's own steps left (from step 20; MDLM's from step 50)
+    assert (clock.steps_after, clock.other_steps) == (0, configs["ar"].train.max_steps - 20) and clock.side_by_side
     assert isinstance(watch, side_by_side.ChildWatch)
 
 
