@@ -6,6 +6,7 @@ with an excluded (-inf) id, with no rows, without a gradient, and under CPU bf16
 """
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 import torch
@@ -296,3 +297,58 @@ def test_a_recipe_value_that_is_neither_bool_nor_null_names_both():
 
     with pytest.raises(ConfigError, match=r"method.fused_loss must be true or false, got 'maybe' \(or null\)"):
         from_dict(MethodConfig, {"fused_loss": "maybe"}, prefix="method.")
+
+
+def test_the_head_is_left_out_of_compile_even_when_its_first_call_is_under_compile():
+    """`_left_out_of_compile` makes torch.compiler.disable's function lazily (its import of torch._dynamo costs
+    seconds): a first call while torch.compile traces must still run the function eagerly, with the eager result."""
+    from seqdiff.backbones.linear_cross_entropy import _left_out_of_compile
+    from seqdiff.training import module
+
+    reason = module.compile_unavailable(torch.device("cpu"))
+    if reason is not None:
+        pytest.skip(f"torch.compile is unavailable on this machine: {reason}")
+    compiling = []
+
+    @_left_out_of_compile
+    def head(x):
+        compiling.append(torch.compiler.is_compiling())
+        return x * (int(x.sum().item() > 0) + 2)  # data-dependent Python: what tracing would specialize on
+
+    def body(x):
+        return head(torch.sin(x) + 1).cos()
+
+    x = torch.randn(8, generator=torch.Generator().manual_seed(0))
+    compiled = torch.compile(body, backend="eager")
+    for _ in range(2):
+        torch.testing.assert_close(compiled(x), body(x))
+    assert compiling and not any(compiling)  # every call ran outside the traced graph
+
+
+def test_sampling_and_scoring_an_mdlm_do_not_import_torch_dynamo():
+    """A process that builds an MDLM with its sparse head and the fused loss, takes a loss and a denoising step
+    never imports torch._dynamo (about 2 s of `seqdiff sample` / `eval` before), since nothing compiles there."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys, torch\n"
+        "from tests.test_head_at_masked import TINY, TOK, _batch\n"
+        "from seqdiff.backbones import build_backbone\n"
+        "from seqdiff.config import MethodConfig\n"
+        "from seqdiff.methods import MDLM\n"
+        "net = build_backbone(TINY, TOK.vocab_size, causal=False)\n"
+        "method = MDLM(MethodConfig(fused_loss=True), TOK)\n"
+        "batch = _batch()\n"
+        "method.loss(net, batch, torch.Generator().manual_seed(0)).loss.backward()\n"
+        "xt = batch.input_ids.clone()\n"
+        "xt[:, ::2] = TOK.mask_id\n"
+        "with torch.no_grad():\n"
+        "    index, logits = method.denoise_masked(net, xt, torch.full((xt.shape[0],), 0.5))\n"
+        "assert index.numel() == (xt == TOK.mask_id).sum() and logits.shape[0] == index.numel()\n"
+        "print('torch._dynamo' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                         cwd=Path(__file__).resolve().parent.parent)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "False"

@@ -23,6 +23,10 @@ path, the softmax and the sums in float32 (float64 inputs stay float64, for the 
 
 from __future__ import annotations
 
+import functools
+import sys
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -97,7 +101,29 @@ class _LinearCrossEntropy(torch.autograd.Function):
         return scale(grad_h), scale(grad_w), scale(grad_b), None, None, None
 
 
-@torch.compiler.disable
+def _left_out_of_compile(fn: Callable) -> Callable:
+    """`torch.compiler.disable(fn)`, made at the first call once torch._dynamo has been imported.
+
+    Why not the decorator itself: it imports torch._dynamo (~2 s of the ~5 s that `seqdiff sample`, `eval` or
+    `score` spend importing, which never compile). Nothing can be compiling before torch._dynamo is imported, so
+    until then `fn` runs as it is; a first call under torch.compile makes the disabled function there (one extra
+    graph break, at that trace only). Tested: the import leaves torch._dynamo out, and a compiled backbone gives the
+    eager loss with the head run eagerly."""
+    disabled: Callable | None = None
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        nonlocal disabled
+        if disabled is None:
+            if "torch._dynamo" not in sys.modules:
+                return fn(*args, **kwargs)
+            disabled = torch.compiler.disable(fn)
+        return disabled(*args, **kwargs)
+
+    return call
+
+
+@_left_out_of_compile
 def linear_cross_entropy(hidden: Tensor, weight: Tensor, bias: Tensor | None, targets: Tensor,
                          token_weight: Tensor | None, chunk: int | None = None) -> tuple[Tensor, Tensor]:
     """(sum_i token_weight_i * nll_i, nll (N,)) for logits = hidden @ weight.T + bias and nll_i =

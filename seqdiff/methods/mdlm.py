@@ -56,6 +56,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 
 import torch
@@ -218,7 +219,8 @@ class MDLM(Method):
     def masked_positions(self, xt: Tensor) -> Tensor:
         """(N,) flat positions b * L + i of the masked tokens of x_t (B, L): where the sparse head runs."""
         index = (xt == self.mask_id).flatten().nonzero()[:, 0]  # (N,)
-        torch._dynamo.maybe_mark_dynamic(index, 0)  # N changes every call: a compiled backbone compiles once
+        if "torch._dynamo" in sys.modules:  # else nothing is compiled (and importing it takes ~2 s)
+            torch._dynamo.maybe_mark_dynamic(index, 0)  # N changes every call: a compiled backbone compiles once
         return index
 
     def masked_logits(self, backbone: nn.Module, xt: Tensor, t: Tensor, **kwargs) -> tuple[Tensor, Tensor]:
