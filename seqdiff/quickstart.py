@@ -155,7 +155,12 @@ def ngram_baseline(data: DataConfig, tokenizer) -> dict:
 
 
 TIME_BUDGET_S = 300.0
-"""The quickstart's training budget on a quiet 2-core machine (both models); what ProjectedTime measures against."""
+"""The quickstart's budget on a quiet 2-core machine, from the command's start to its report; what ProjectedTime
+measures against (imports and scoring included, as a user waits for them)."""
+SCORING_STEPS = 55
+"""What the quickstart does after its trainings (both models' test-play scores and samples, the n-gram, the report)
+in training steps of the run ProjectedTime times: 15.1 s after 0.275 s steps and 18.2 s after 0.335 s ones in
+session 45's runs on the AVX2 host (reports/quickstart_side_by_side/session45_runs, reports/quickstart_seeds)."""
 REFINE_TOLERANCE = 0.05
 """ProjectedTime prints a second line after the first validation pass when the real time a step since its first
 line differs from the one it went by by more than this share."""
@@ -177,21 +182,27 @@ class ProjectedTime(Callback):
     that fits the budget there, not after twenty. Steps `skip`.. `skip + probe` are timed (the first ones pay
     one-off allocation; validation comes later, at train.val_every). After the first validation pass a second
     line follows if what the steps since the first line really took (validation passes and checkpoint writes
-    included) moved the projection by more than REFINE_TOLERANCE (`refine`)."""
+    included) moved the projection by more than REFINE_TOLERANCE (`refine`). The budget is the whole command's:
+    the seconds spent before the line (from `started`, the command's start on `clock`) and SCORING_STEPS steps of
+    scoring after training count too (a run projected at 296 s of training took 330 s in all)."""
 
     def __init__(self, method: str, steps_after: int, runs: int, skip: int = 5, probe: int = 20,
                  clock=time.perf_counter, side_by_side: bool = False,
                  other: Callable[[], float | None] | None = None, other_name: str = "", wait: int = 40,
-                 other_steps: int | None = None) -> None:
+                 other_steps: int | None = None, started: float | None = None, setup: float | None = None) -> None:
         """`steps_after`: steps the runs after this one will train (one after the other). Side by side: `other`, the
         other run's seconds a step once known (ChildRun.step_seconds), waited for up to `wait` steps after this
         run's own are timed (on a 2-core AVX2 host AR trained 352 s beside MDLM's 316 s, reports/quickstart_amd:
         MDLM's steps alone under-projected); `other_steps`, the steps the other run trains from when this one
-        starts (its own count: AR trains fewer, MAX_STEPS; None: as many as this one)."""
+        starts (its own count: AR trains fewer, MAX_STEPS; None: as many as this one). `started`: the command's start
+        on `clock` (None: the seconds before the line are not counted); `setup`, the seconds from it to the first
+        training (imports, data; default: until now), which a rerun with the advised `--max-steps` pays again."""
         super().__init__()
         self.method, self.steps_after, self.runs, self.side_by_side = method, steps_after, runs, side_by_side
         self.timer = StepTimer(skip, probe, clock)
         self.other, self.other_name, self.wait, self.other_steps = other, other_name, wait, other_steps
+        self.started = started
+        self.setup = setup if setup is not None else 0.0 if started is None else clock() - started
         self.start_step: int | None = None  # this run's step when its training (or its resume) began
         self.timed: tuple[int, float] | None = None  # (step, seconds a step) of this run
         self.message: str | None = None
@@ -277,10 +288,14 @@ class ProjectedTime(Callback):
 
     def describe(self, per_step: float, steps_left: int, other_per_step: float | None = None,
                  overhead: float = 1.0, at_step: int | None = None, other_left: int | None = None) -> str:
-        """The line printed: the projected training time, and the step count that would fit the budget; side by
-        side with the other run's seconds a step and steps left (`seconds_left`). `overhead` (the refined line, at
-        `at_step`): what a step really took since the first line over its timed seconds."""
+        """The line printed: the projected training time, when the command will end (with `started`), and the
+        step count that would fit the budget; side by side with the other run's seconds a step and steps left
+        (`seconds_left`). `overhead` (the refined line, at `at_step`): what a step really took since the first line
+        over its timed seconds. The end: the seconds so far, the training left and SCORING_STEPS steps of scoring;
+        the advice: the steps whose training fits the budget beside this command's setup and that scoring."""
         left = self.seconds_left(per_step, steps_left, other_per_step, overhead, other_left)
+        scoring = SCORING_STEPS * per_step * overhead
+        end = (0.0 if self.started is None else self.timer.clock() - self.started) + left + scoring
         how = " (trained side by side)" if self.side_by_side else ""
         theirs = f", {self.other_name} {other_per_step:.2f} s in the second process" if other_per_step else ""
         if at_step is None:
@@ -290,9 +305,12 @@ class ProjectedTime(Callback):
             line = (f"[quickstart] {self.method} at step {at_step}, validation and checkpoints counted: "
                     f"{overhead:.2f}x the timed steps; about {_minutes(left)} of training left for the {self.runs} "
                     f"models{how}")
-        if left <= TIME_BUDGET_S:
+        if self.started is not None:
+            line += f", the quickstart's end about {_minutes(end)} after its start"
+        if end <= TIME_BUDGET_S:
             return line
-        fits = max(1, int(TIME_BUDGET_S / self.seconds_a_common_step(per_step, other_per_step, overhead)))
+        fits = max(1, int((TIME_BUDGET_S - self.setup - scoring)
+                          / self.seconds_a_common_step(per_step, other_per_step, overhead)))
         return (f"{line} (the recipe fits {TIME_BUDGET_S / 60:.0f} minutes on a faster CPU; here "
                 f"`seqdiff quickstart --max-steps {fits}` would, with worse bits per character)")
 
@@ -426,7 +444,7 @@ def _training_report(run_root: Path) -> dict:
 
 def _train_models(configs: dict[str, RunConfig], run_dirs: dict[str, Path], log_dir: Path,
                   sequential: bool, while_waiting: Sequence[Callable[[], None]] = (),
-                  spare: SpareProcess | None = None) -> dict:
+                  spare: SpareProcess | None = None, started: float | None = None) -> dict:
     """Train, resume or reuse both runs; returns how they were trained (for the report).
 
     Two runs still to train on a CPU with at least two threads train side by side: MDLM here, with its progress
@@ -435,7 +453,9 @@ def _train_models(configs: dict[str, RunConfig], run_dirs: dict[str, Path], log_
     MDLM's training while AR still trains in its process (on this process's thread share), so they are off the path
     that AR's training sets; once AR has finished, the rest are left to the caller (with every thread). A stop
     during one stops AR too, as during training. `spare`: a process already importing (the CLI starts it first
-    thing, seqdiff.training.spare) that trains AR if it runs side by side; the caller dismisses it otherwise."""
+    thing, seqdiff.training.spare) that trains AR if it runs side by side; the caller dismisses it otherwise.
+    `started`: the command's start (time.perf_counter), for the projection of its end (ProjectedTime)."""
+    setup = None if started is None else time.perf_counter() - started
     for method in METHODS:
         if _run_state(run_dirs[method], configs[method].train.max_steps) == "partial":
             _check_resumable(configs[method], run_dirs[method])
@@ -450,7 +470,8 @@ def _train_models(configs: dict[str, RunConfig], run_dirs: dict[str, Path], log_
             later = METHODS[METHODS.index(method) + 1:]
             steps_after = sum(_steps_to_train(run_dirs[m], configs[m].train.max_steps) for m in later)
             if _train_or_reuse(configs[method], run_dirs[method],
-                               ProjectedTime(method, steps_after, len(METHODS))) != "done":
+                               ProjectedTime(method, steps_after, len(METHODS), started=started,
+                                             setup=setup)) != "done":
                 _record_training(log_dir, method, False, threads)
         return _training_report(log_dir)
 
@@ -472,7 +493,8 @@ def _train_models(configs: dict[str, RunConfig], run_dirs: dict[str, Path], log_
             watch = ChildWatch(child, here, threads)  # once AR has ended, MDLM trains on every thread
             _train_or_reuse(configs[here], run_dirs[here],
                             ProjectedTime(here, 0, len(METHODS), side_by_side=True, other=child.step_seconds,
-                                          other_name=there, other_steps=their_steps), watch)
+                                          other_name=there, other_steps=their_steps, started=started, setup=setup),
+                            watch)
             _record_training(log_dir, here, True, split[0], watch.took_threads_at and (threads, watch.took_threads_at))
             for i, task in enumerate(while_waiting):
                 if child.process.poll() is not None:
@@ -620,7 +642,7 @@ def _run_quickstart(out_dir: str | Path, run_root: str | Path, max_steps: int | 
     # side by side, the n-gram (one thread at any rate) and then MDLM are scored while AR still trains in its
     # process, off the critical path; what AR's end leaves undone runs below, on every thread
     results["training"] = _train_models(configs, run_dirs, run_root, sequential,
-                                        while_waiting=(count, lambda: score(METHODS[0])), spare=spare)
+                                        while_waiting=(count, lambda: score(METHODS[0])), spare=spare, started=start)
     for method in METHODS:  # MDLM first either way: the table's order
         if method not in results["models"]:
             score(method)

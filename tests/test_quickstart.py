@@ -1,5 +1,6 @@
 import json
 import os
+import re
 import signal
 from dataclasses import replace
 
@@ -137,6 +138,29 @@ def test_the_sweep_reuses_a_finished_run_of_the_same_recipe_only(tmp_path):
     assert finished_run_changes(wider, tmp_path / "tiny" / "ar") == "model.hidden_size: 128 -> 256"
 
 
+def test_both_projections_get_the_commands_start_and_the_setup_before_any_training(tmp_path, monkeypatch):
+    """One after the other, the second run's projection counts the same setup as the first's (imports, data), not
+    the first run's training, so its advice fits a fresh run; both know the command's start for its end."""
+    import time
+
+    import seqdiff.quickstart as qs
+
+    configs = {method: qs.method_recipe(qs.QUICKSTART, method, max_steps=4) for method in qs.METHODS}
+    projections = []
+
+    def trained(config, run_dir, *callbacks):
+        projections.append(callbacks[0])
+        time.sleep(0.2)  # the first run's training: not setup
+        return "new"
+
+    monkeypatch.setattr(qs, "_train_or_reuse", trained)
+    started = time.perf_counter() - 7.0
+    qs._train_models(configs, {m: tmp_path / m for m in qs.METHODS}, tmp_path, sequential=True, started=started)
+    assert [p.method for p in projections] == list(qs.METHODS)
+    assert all(p.started == started for p in projections)
+    assert 7.0 <= projections[0].setup == projections[1].setup < 7.2
+
+
 def test_an_interrupted_run_of_another_recipe_is_refused_before_anything_trains(tmp_path, monkeypatch):
     """An interrupted AR run of the recipe before session 44 (lr 1e-3) in the run folder: one message naming the key
     and the way out, before a second process starts, not a failure inside it; a step count alone may change."""
@@ -175,12 +199,43 @@ def test_projected_time_reports_the_training_left_and_the_steps_that_fit_the_bud
         assert (clock.message is None) == (step < 25)
     err = capsys.readouterr().err
     assert err.count("[quickstart]") == 1
-    # (1100 - 25 + 1100) steps at 0.5 s: 18 minutes; 300 s / (2 models x 0.5 s) = 300 steps fit the budget
+    # (1100 - 25 + 1100) steps at 0.5 s: 18 minutes; scoring after training counts as SCORING_STEPS = 55 steps
+    # (27.5 s), so (300 - 27.5) s / (2 models x 0.5 s) = 272 steps fit the budget
     assert "mdlm: 0.50 s a training step on this machine; about 18 min of training left for the 2 models" in err
-    assert "`seqdiff quickstart --max-steps 300` would" in err
+    assert "`seqdiff quickstart --max-steps 272` would" in err
     fast = qs.ProjectedTime("ar", steps_after=0, runs=2).describe(0.1, 1000)
-    assert fast.endswith("about 100 s of training left for the 2 models")  # within the budget: no advice
-    assert "`seqdiff quickstart --max-steps 3` would" in qs.ProjectedTime("ar", 0, 2).describe(50.0, 10)
+    assert fast.endswith("about 100 s of training left for the 2 models")  # 100 + 5.5 s within the budget
+    # 10 steps of 50 s and 2,750 s of scoring: nothing fits, the advice is the least there is
+    assert "`seqdiff quickstart --max-steps 1` would" in qs.ProjectedTime("ar", 0, 2).describe(50.0, 10)
+
+
+def test_the_projection_counts_the_seconds_before_training_and_the_scoring_after_it(capsys):
+    """With the command's start: the line says when the quickstart will end (the seconds so far, the training left,
+    SCORING_STEPS steps of scoring), and the advice fits training beside the setup (imports, data) and the scoring,
+    the seconds a rerun pays again; the seconds already trained are not counted against it."""
+    from types import SimpleNamespace
+
+    import seqdiff.quickstart as qs
+
+    assert qs.SCORING_STEPS == 55
+    for max_steps, end, advice in ((500, 288, None), (561, 318, 262)):
+        now = [10.0]  # the command started at 0: 10 s of imports before training
+        projected = qs.ProjectedTime("mdlm", steps_after=0, runs=2, clock=lambda now=now: now[0], started=0.0)
+        trainer = SimpleNamespace(global_step=0, max_steps=max_steps)
+        for step in range(1, 30):
+            now[0] += 0.5
+            trainer.global_step = step
+            projected.on_train_batch_end(trainer, None, None, None, step - 1)
+        # at step 25, 22.5 s after the start: (max_steps - 25) x 0.5 s of training left, then 27.5 s of scoring
+        left = (max_steps - 25) * 0.5
+        assert f"about {left:.0f} s of training left for the 2 models, the quickstart's end about {end} s after " \
+               "its start" in projected.message
+        assert end == round(22.5 + left + 27.5)
+        if advice is None:
+            assert "--max-steps" not in projected.message
+        else:  # (300 - 10 s of setup - 27.5 s of scoring) / (2 models x 0.5 s) = 262 steps
+            assert f"`seqdiff quickstart --max-steps {advice}` would" in projected.message
+    assert capsys.readouterr().err.count("[quickstart]") == 2
 
 
 def test_a_second_line_after_the_first_validation_when_the_projection_moved(capsys):
@@ -206,14 +261,16 @@ def test_a_second_line_after_the_first_validation_when_the_projection_moved(caps
         err = capsys.readouterr().err
         assert err.count("[quickstart]") == 1 + second and projected.refined is not None
         if second and later == 0.5:
-            # (1100 - 251) steps at 0.5 x 1.2655 s: 537 s, above the budget; 300 / (2 x 0.633) = 237 steps fit
+            # (1100 - 251) steps at 0.5 x 1.2655 s: 537 s, above the budget; beside 55 steps of scoring (34.8 s),
+            # (300 - 34.8) / (2 x 0.633) = 209 steps fit
             assert ("[quickstart] mdlm at step 251, validation and checkpoints counted: 1.27x the timed steps; "
                     "about 537 s of training left for the 2 models") in err
-            assert "`seqdiff quickstart --max-steps 237` would" in err
+            assert "`seqdiff quickstart --max-steps 209` would" in err
         elif second:  # faster after the line: the projection comes down, (1100 - 251) x 0.4 s = 340 s
             assert "at step 251, validation and checkpoints counted: 0.80x the timed steps; about 340 s" in err
-            # 300 / (2 x 0.4) = 375 steps, 374 after the clock's float sums round 0.4 s a step up by a hair
-            assert "`seqdiff quickstart --max-steps 374` would" in err
+            # (300 - 55 x 0.4) / (2 x 0.4) = 347.5 steps, 347 (or one fewer where the clock's float sums round 0.4 s
+            # a step up by a hair)
+            assert re.search(r"`seqdiff quickstart --max-steps 34[67]` would", err)
 
 
 def test_side_by_side_the_projection_goes_by_the_slower_run(tmp_path, capsys):
@@ -243,10 +300,11 @@ def test_side_by_side_the_projection_goes_by_the_slower_run(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.count("[quickstart]") == 1
     # (1100 - 30) steps each: MDLM's end at 535 s, AR's 107 s later alone, 1.35x faster on every thread: 614 s;
-    # side by side a step of both costs 0.5 + 0.1 / 1.35 s, so 300 s fit 522 steps
+    # side by side a step of both costs 0.5 + 0.1 / 1.35 s, so the 300 s less 55 steps of scoring (27.5 s) fit
+    # 474 steps
     assert ("mdlm: 0.50 s a training step on this machine, ar 0.60 s in the second process; about 10 min of "
             "training left for the 2 models (trained side by side)") in err
-    assert "`seqdiff quickstart --max-steps 522` would" in err
+    assert "`seqdiff quickstart --max-steps 474` would" in err
     child.clear_offer()
     assert child.step_seconds() is None and not pace_file(offer).exists()
 
