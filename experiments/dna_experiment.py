@@ -43,8 +43,8 @@ from torch.utils.data import DataLoader, Subset
 from seqdiff.checkpoint import load_checkpoint
 from seqdiff.config import SampleConfig, load_run_config
 from seqdiff.data import build_data_module
-from seqdiff.data.fasta import FastaDataModule
 from seqdiff.data.genome import encode_bases
+from seqdiff.data.modules import FastaDataModule
 from seqdiff.evaluation.generate import format_samples, generate, write_atomically
 from seqdiff.evaluation.likelihood import evaluate_batches
 from seqdiff.evaluation.markov import MarkovChain

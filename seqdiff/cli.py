@@ -162,7 +162,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     import torch
 
     from seqdiff.checkpoint import load_checkpoint
-    from seqdiff.data import build_data_module
+    from seqdiff.data import build_data
     from seqdiff.evaluation.likelihood import evaluate_batches
     from seqdiff.evaluation.limits import check_device
     from seqdiff.evaluation.zeroshot import eval_results_path, evaluate_source, format_table, parse_sources
@@ -206,7 +206,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
             raise ConfigError(f"{own_file}: no such file (the run's data.{o.split}_file, read from the current "
                               f"directory when relative); score a file with --data PATH, or a corpus with --dataset "
                               f"NAME")
-        loader = build_data_module(data_config, model.tokenizer).eval_dataloader(o.split)
+        loader = build_data(data_config, model.tokenizer).eval_dataloader(o.split)
         report = evaluate_batches(model, loader, **options)
         corpus = data_config.corpus if data_config.kind == "text" else data_config.kind
         if own_file:  # the run's own file for this split, not data.corpus (which then keeps its default)

@@ -17,7 +17,7 @@ from experiments import fetch_grch37
 from seqdiff.config import ConfigError, DataConfig, FastaDataConfig, load_run_config
 from seqdiff.data import build_data_module, data_module_class
 from seqdiff.data import genome as G
-from seqdiff.data.fasta import FastaDataModule
+from seqdiff.data.modules import FastaDataModule
 from seqdiff.sources import data_dir
 from seqdiff.tokenizers import NucleotideTokenizer, TokenizerError, load_tokenizer
 

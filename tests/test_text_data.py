@@ -13,7 +13,8 @@ import torch
 from seqdiff.config import DataConfig, TextDataConfig, load_run_config
 from seqdiff.data import cache, datasets
 from seqdiff.data.blocks import PackedBlocks, RandomBlockBatches, pack_padded, pack_wrapped
-from seqdiff.data.text import TextDataModule, load_split_arrays
+from seqdiff.data.modules import TextDataModule
+from seqdiff.data.text import load_split_arrays
 from seqdiff.data.text_files import DataFileError, read_documents, read_text_file
 from seqdiff.methods.base import Batch
 from seqdiff.tokenizers import CharTokenizer
@@ -341,3 +342,46 @@ def test_three_step_train(tmp_path, data_home, mode):
     assert torch.equal(pads, ~batch["attention_mask"])  # padded mode pads short lines; wrapped rows are full
     assert pads.any() == (mode == "padded")
     assert all(np.isfinite(v.item()) for k, v in result.trainer.callback_metrics.items() if "loss" in k)
+
+
+def test_the_data_classes_without_lightning_and_the_lightning_modules_built_on_them():
+    """Training gets a LightningDataModule (seqdiff.data.modules), evaluation the same class without Lightning
+    (build_data), both from one registry entry per data kind."""
+    import lightning as L
+
+    from seqdiff.data import DATA_MODULES, build_data, build_data_module
+    from seqdiff.data.fasta import FastaData
+    from seqdiff.data.modules import FastaDataModule
+    from seqdiff.data.text import TextData
+
+    assert issubclass(TextDataModule, TextData) and issubclass(TextDataModule, L.LightningDataModule)
+    assert issubclass(FastaDataModule, FastaData) and issubclass(FastaDataModule, L.LightningDataModule)
+    assert not issubclass(TextData, L.LightningDataModule) and set(DATA_MODULES) == {"text", "fasta"}
+    config = DataConfig(corpus="shakespeare", tokenizer="char", seq_len=64, eval_batch_size=4)
+    plain, module = build_data(config, CharTokenizer()), build_data_module(config, CharTokenizer())
+    assert type(plain) is TextData and type(module) is TextDataModule and module.trainer is None
+    a, b = next(iter(plain.eval_dataloader("valid"))), next(iter(module.eval_dataloader("valid")))
+    assert torch.equal(a["input_ids"], b["input_ids"])
+    assert torch.equal(next(iter(plain.train_dataloader()))["input_ids"],
+                       next(iter(module.train_dataloader()))["input_ids"])  # no trainer: from step 0, rank 0
+
+
+def test_evaluation_data_does_not_import_lightning():
+    """`seqdiff eval` reads its split through build_data: a fresh process that builds it and takes a batch never
+    imports Lightning (seconds of start-up, with torchmetrics and transformers behind it)."""
+    import subprocess
+    import sys
+
+    script = ("import sys\n"
+              "from seqdiff.config import DataConfig\n"
+              "from seqdiff.data import build_data\n"
+              "from seqdiff.tokenizers import CharTokenizer\n"
+              "data = build_data(DataConfig(corpus='shakespeare', tokenizer='char', seq_len=64, eval_batch_size=4),"
+              " CharTokenizer())\n"
+              "batch = next(iter(data.eval_dataloader('test')))\n"
+              "assert batch['input_ids'].shape == (4, 64)\n"
+              "print('lightning' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                         cwd=Path(__file__).resolve().parent.parent)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "False"

@@ -7,7 +7,6 @@ N is excluded from the loss. See seqdiff.data.genome for the reading, splitting 
 
 from __future__ import annotations
 
-import lightning as L
 from torch.utils.data import DataLoader
 
 from seqdiff.config import DataConfig
@@ -29,11 +28,14 @@ from seqdiff.tokenizers.base import Tokenizer
 from seqdiff.tokenizers.nucleotide import NucleotideTokenizer
 
 
-class FastaDataModule(L.LightningDataModule):
-    """Random genome windows for training (step-indexed, resumable), tiled windows for validation and test."""
+class FastaData:
+    """Random genome windows for training (step-indexed, resumable), tiled windows for validation and test.
+
+    Without Lightning, for evaluation; training uses FastaDataModule (seqdiff.data.modules: this class with
+    LightningDataModule's hooks, whose trainer gives train_dataloader its step)."""
 
     def __init__(self, config: DataConfig, tokenizer: Tokenizer, seed: int = 0):
-        super().__init__()
+        super().__init__()  # LightningDataModule's, in FastaDataModule
         self.config, self.tokenizer, self.seed = config, tokenizer, seed
         self._fasta: FastaHandle | None = None
         self._intervals: list[Interval] | None = None
@@ -126,8 +128,9 @@ class FastaDataModule(L.LightningDataModule):
         return self._tiled[split]
 
     def train_dataloader(self) -> DataLoader:
-        start = self.trainer.global_step if self.trainer is not None else 0  # resume mid-run exactly
-        if self.trainer is not None and self.trainer.world_size > 1:
+        trainer = getattr(self, "trainer", None)  # FastaDataModule's, while a Trainer fits it
+        start = trainer.global_step if trainer is not None else 0  # resume mid-run exactly
+        if trainer is not None and trainer.world_size > 1:
             raise GenomeError("multi-process training on FASTA data is not supported yet (every process would "
                               "draw the same windows); train with one process")
         return DataLoader(self.train_dataset(start), batch_size=None, num_workers=self.config.num_workers,

@@ -30,7 +30,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import lightning as L
 import numpy as np
 from torch.utils.data import DataLoader
 
@@ -236,11 +235,14 @@ def truncation_message(meta: dict[str, Any], config: DataConfig, split: str) -> 
     return message
 
 
-class TextDataModule(L.LightningDataModule):
-    """Training batches (step-indexed, resumable, rank-sliced) and evaluation blocks, in data.block_mode."""
+class TextData:
+    """Training batches (step-indexed, resumable, rank-sliced) and evaluation blocks, in data.block_mode.
+
+    Without Lightning, for evaluation; training uses TextDataModule (seqdiff.data.modules: this class with
+    LightningDataModule's hooks, whose trainer gives train_dataloader its step and rank)."""
 
     def __init__(self, config: DataConfig, tokenizer: Tokenizer, seed: int = 0):
-        super().__init__()
+        super().__init__()  # LightningDataModule's, in TextDataModule
         self.config, self.tokenizer, self.seed = config, tokenizer, seed
         self.arrays: dict[str, dict[str, np.ndarray]] = {}
         self.meta: dict[str, dict[str, Any]] = {}
@@ -299,7 +301,7 @@ class TextDataModule(L.LightningDataModule):
         return self.split_arrays(split)["tokens"]
 
     def train_dataloader(self) -> DataLoader:
-        trainer = self.trainer
+        trainer = getattr(self, "trainer", None)  # TextDataModule's, while a Trainer fits it
         start = trainer.global_step if trainer is not None else 0  # resume mid-run exactly
         rank, world = (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
         if self.config.text.block_mode == "stream":

@@ -160,9 +160,9 @@ def reference_windows(model, length: int, count: int, seed: int) -> list:
     """`count` windows of `length` tokens at random offsets of the test split of `model`'s corpus."""
     import torch
 
-    from seqdiff.data import build_data_module
+    from seqdiff.data import build_data
 
-    data = build_data_module(model.data_config, model.tokenizer)
+    data = build_data(model.data_config, model.tokenizer)
     g = torch.Generator().manual_seed(seed)
     if model.data_config.kind == "fasta":  # whole test tiles with no N and no padding, cut to `length`
         tiles = data.eval_dataset("test")

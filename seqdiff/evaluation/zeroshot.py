@@ -127,11 +127,11 @@ def evaluate_source(model: LoadedModel, source: EvalSource, batch_size: int = 32
                                  num_t_samples=num_t_samples, seed=seed, progress=progress, order=order)
         detok = None
     else:
-        from seqdiff.data.text import SplitSource, TextDataModule
+        from seqdiff.data.text import SplitSource, TextData
 
         config = source_config(model, source, batch_size, detokenizer)
         detok = SplitSource(config, source.split).detokenizer_name
-        loader = TextDataModule(config, model.tokenizer).eval_dataloader(source.split)
+        loader = TextData(config, model.tokenizer).eval_dataloader(source.split)
         report = evaluate_batches(model, loader, num_t_samples=num_t_samples, seed=seed, progress=progress,
                                   order=order)
     report.update({"dataset": source.label, "split": source.split, "detokenizer": detok,
