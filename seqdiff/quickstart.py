@@ -203,7 +203,6 @@ class ProjectedTime(Callback):
         self.other, self.other_name, self.wait, self.other_steps = other, other_name, wait, other_steps
         self.started = started
         self.setup = setup if setup is not None else 0.0 if started is None else clock() - started
-        self.start_step: int | None = None  # this run's step when its training (or its resume) began
         self.timed: tuple[int, float] | None = None  # (step, seconds a step) of this run
         self.message: str | None = None
         self.printed: tuple[int, float, float] | None = None  # (step, clock, training seconds left) at the line
@@ -214,8 +213,6 @@ class ProjectedTime(Callback):
         self.validated = self.printed is not None
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        if self.start_step is None:
-            self.start_step = trainer.global_step - 1
         if self.message is not None:
             if self.validated and self.refined is None:
                 self.refined = self.refine(trainer)
@@ -241,7 +238,7 @@ class ProjectedTime(Callback):
         """Steps the other run (side by side) has left when this one is at `step`: the two started together."""
         if self.other_steps is None:
             return trainer.max_steps - step
-        return max(0, self.other_steps - (step - (self.start_step or 0)))
+        return max(0, self.other_steps - (step - (self.timer.began or 0)))  # began: where this training began
 
     @staticmethod
     def _print(trainer, line: str) -> None:
